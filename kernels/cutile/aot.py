@@ -1,0 +1,108 @@
+"""Ahead-of-time compilation of the three SSD kernels to cubins, with no GPU present.
+
+CI runs `export_all("sm_90")` and `export_all("sm_100")`, so a kernel that stops compiling for
+Hopper or Blackwell fails CI. Each kernel is compiled for the specializations the SSD launches:
+chunk sizes 64/128/256, bf16/fp16/fp32 inputs, with and without the optional inputs.
+
+    python -m kernels.cutile.aot sm_90 sm_100
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import time
+from collections.abc import Iterator
+
+import cuda.tile as ct
+from cuda.tile import compilation as ctc
+
+from kernels.cutile.chunk_cumsum import chunk_cumsum_kernel
+from kernels.cutile.compute_out import compute_out_kernel
+from kernels.cutile.fwd_pass_state import fwd_pass_state_kernel
+
+DTYPES = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}
+
+
+def _array(dtype, ndim: int):
+    return ctc.ArrayConstraint(
+        dtype,
+        ndim,
+        index_dtype=ct.int64,
+        stride_lower_bound_incl=0,
+        alias_groups=(),
+        may_alias_internally=False,
+        stride_constant=[None] * (ndim - 1) + [1],
+    )
+
+
+def _signature(params: list) -> ctc.KernelSignature:
+    return ctc.KernelSignature(params, calling_convention=ctc.CallingConvention.cutile_python_v2())
+
+
+def signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
+    """(label, kernel, signature) for every specialization CI compiles."""
+    f32 = ct.float32
+    i32 = ctc.ScalarConstraint(ct.int32)
+    for name, dtype in DTYPES.items():
+        for softplus in (False, True):
+            yield (
+                f"chunk_cumsum[{name},softplus={softplus}]",
+                chunk_cumsum_kernel,
+                _signature(
+                    [_array(dtype, 3), _array(f32, 1), _array(f32, 1), _array(f32, 3), _array(f32, 3), i32]
+                    + [128, 8, True, softplus]
+                ),
+            )
+    for name, dtype in DTYPES.items():
+        for chunk, tile_p, tile_n, has_init in ((64, 64, 64, True), (128, 32, 64, False), (256, 16, 128, True)):
+            yield (
+                f"fwd_pass_state[{name},Q={chunk},P={tile_p},N={tile_n},init={has_init}]",
+                fwd_pass_state_kernel,
+                _signature(
+                    [_array(dtype, 4), _array(dtype, 4), _array(f32, 3), _array(f32, 3)]
+                    + [_array(f32, 4), _array(f32, 5), _array(f32, 4)]
+                    + [8, 8, chunk, tile_p, tile_n, has_init, name == "float32", 4]
+                ),
+            )
+    for name, dtype in DTYPES.items():
+        for chunk, tile_t, tile_p, tile_n in ((64, 64, 64, 64), (128, 128, 64, 128), (256, 64, 128, 128)):
+            yield (
+                f"compute_out[{name},Q={chunk},T={tile_t},P={tile_p},N={tile_n}]",
+                compute_out_kernel,
+                _signature(
+                    [_array(dtype, 4), _array(dtype, 4), _array(dtype, 4), _array(f32, 3), _array(f32, 3)]
+                    + [_array(f32, 5), _array(f32, 1), _array(dtype, 4)]
+                    + [8, 4, chunk, tile_t, tile_p, tile_n, True, name == "float32", 4]
+                ),
+            )
+
+
+def export_all(gpu_code: str) -> dict[str, int]:
+    """Compile every specialization for `gpu_code` ("sm_90", "sm_100", ...): label -> cubin bytes.
+
+    Raises RuntimeError naming the kernel and specialization that failed to compile.
+    """
+    sizes = {}
+    for label, kernel, sig in signatures():
+        buf = io.BytesIO()
+        try:
+            ctc.export_kernel(kernel, [sig], buf, gpu_code=gpu_code, output_format="cubin")
+        except Exception as e:
+            raise RuntimeError(f"cuTile kernel {label} failed to compile for {gpu_code}: {e}") from e
+        sizes[label] = len(buf.getvalue())
+    return sizes
+
+
+def main(argv: list[str]) -> int:
+    for arch in argv or ["sm_90", "sm_100"]:
+        start = time.perf_counter()
+        sizes = export_all(arch)
+        print(f"{arch}: {len(sizes)} kernels compiled in {time.perf_counter() - start:.1f} s")
+        for label, size in sizes.items():
+            print(f"  {label}: {size} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

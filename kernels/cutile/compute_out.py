@@ -1,0 +1,169 @@
+"""Stage 3 of the SSD forward in cuTile: every token's output.
+
+Reference: `kernels.reference.compute_out`. One program per (batch·head, block of TILE_T tokens,
+head-dim tile). For its rows t it accumulates, in registers,
+    acc  = exp2(G_t) * (C_t · S_chunkᵀ)                                    carried state
+    acc += sum over column blocks s <= t of  (C_t B_sᵀ ∘ exp2(G_t - G_s) ∘ [t >= s] ∘ dt_s) x_s
+    y    = acc + D x_t
+The TILE_T × TILE_T interaction tile never leaves registers; the causal mask comes from comparing
+token indices, applied before exp2 so nothing above the diagonal can overflow. The product with
+x runs on TF32 operands with fp32 accumulation; y is stored in the input dtype.
+With TILE_T = Q a program holds the whole chunk (the seed's layout); smaller TILE_T bounds the
+registers for Q = 256 and skips the blocks above the diagonal.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import cuda.tile as ct
+import torch
+
+ConstInt = ct.Constant[int]
+ConstBool = ct.Constant[bool]
+ZERO = ct.PaddingMode.ZERO
+
+
+@ct.kernel
+def compute_out_kernel(
+    x,  # (b, l, h, p)
+    B,  # (b, l, g, n)
+    C,  # (b, l, g, n)
+    dt_out,  # (b, h, c * Q) float32
+    dA_cumsum,  # (b, h, c * Q) float32, log2 units
+    chunk_states,  # (b, c, h, p, n) float32
+    D,  # (h,) float32 (ignored unless HAS_D)
+    y,  # (b, l, h, p), written
+    NHEADS: ConstInt,
+    HEADS_PER_GROUP: ConstInt,
+    Q: ConstInt,
+    TILE_T: ConstInt,
+    TILE_P: ConstInt,
+    TILE_N: ConstInt,
+    HAS_D: ConstBool,
+    TF32_CB: ConstBool,
+    LATENCY: ConstInt,
+):
+    bh = ct.bid(0)
+    bi = bh // NHEADS
+    hi = bh % NHEADS
+    gi = hi // HEADS_PER_GROUP
+    tb = ct.bid(1)  # block of TILE_T tokens along the whole sequence
+    pj = ct.bid(2)
+    blocks_per_chunk = Q // TILE_T
+    k = tb // blocks_per_chunk  # chunk
+    first = k * blocks_per_chunk  # first token block of the chunk
+
+    g_t = ct.load(dA_cumsum, index=(bi, hi, tb), shape=(1, 1, TILE_T), latency=2).reshape((TILE_T, 1))
+    c_t = ct.load(
+        C, index=(bi, tb, gi, 0), shape=(1, TILE_T, 1, TILE_N), padding_mode=ZERO, latency=LATENCY
+    ).reshape((TILE_T, TILE_N))
+    x_t = ct.load(
+        x, index=(bi, tb, hi, pj), shape=(1, TILE_T, 1, TILE_P), padding_mode=ZERO, latency=LATENCY
+    ).reshape((TILE_T, TILE_P))
+    c_tf = c_t.astype(ct.tfloat32)
+
+    # Carried state: exp2(G_t) * C_t · Sᵀ, S the state entering chunk k.
+    s = ct.load(
+        chunk_states, index=(bi, k, hi, pj, 0), shape=(1, 1, 1, TILE_P, TILE_N), padding_mode=ZERO, latency=2
+    ).reshape((TILE_P, TILE_N))
+    acc = ct.mma(c_tf, ct.transpose(s.astype(ct.tfloat32)), ct.zeros((TILE_T, TILE_P), dtype=ct.float32))
+    acc = acc * ct.exp2(g_t)
+
+    if TF32_CB:
+        c_mm = c_tf
+    else:
+        c_mm = c_t
+    t_idx = tb * TILE_T + ct.arange(TILE_T, dtype=ct.int32).reshape((TILE_T, 1))
+    for sb in range(first, tb + 1):
+        b_s = ct.load(
+            B, index=(bi, sb, gi, 0), shape=(1, TILE_T, 1, TILE_N), padding_mode=ZERO, latency=LATENCY
+        ).reshape((TILE_T, TILE_N))
+        x_s = ct.load(
+            x, index=(bi, sb, hi, pj), shape=(1, TILE_T, 1, TILE_P), padding_mode=ZERO, latency=LATENCY
+        ).reshape((TILE_T, TILE_P))
+        g_s = ct.load(dA_cumsum, index=(bi, hi, sb), shape=(1, 1, TILE_T), latency=2).reshape((1, TILE_T))
+        d_s = ct.load(dt_out, index=(bi, hi, sb), shape=(1, 1, TILE_T), latency=2).reshape((1, TILE_T))
+        if TF32_CB:
+            b_mm = b_s.astype(ct.tfloat32)
+        else:
+            b_mm = b_s
+        cb = ct.mma(c_mm, ct.transpose(b_mm), ct.zeros((TILE_T, TILE_T), dtype=ct.float32))
+        s_idx = sb * TILE_T + ct.arange(TILE_T, dtype=ct.int32).reshape((1, TILE_T))
+        log_decay = ct.where(t_idx >= s_idx, g_t - g_s, -float("inf"))
+        scores = cb * ct.exp2(log_decay) * d_s
+        acc = ct.mma(scores.astype(ct.tfloat32), x_s.astype(ct.tfloat32), acc)
+
+    if HAS_D:
+        d_skip = ct.load(D, index=(hi,), shape=(1,)).reshape((1, 1))
+        acc = acc + d_skip * x_t.astype(ct.float32)
+    ct.store(y, index=(bi, tb, hi, pj), tile=acc.astype(y.dtype).reshape((1, TILE_T, 1, TILE_P)))
+
+
+@dataclass(frozen=True)
+class OutConfig:
+    """Block sizes and occupancy of one compute_out launch."""
+
+    TILE_T: int = 64
+    TILE_P: int = 64
+    latency: int = 4
+    occupancy: int = 2
+
+
+def search_space(chunk_size: int, headdim: int) -> list[OutConfig]:
+    """Configurations worth timing for this chunk size and head dim."""
+    space = []
+    for tt in (64, 128):
+        for tp in (32, 64, 128):
+            if tt > chunk_size or tp > max(32, headdim):
+                continue
+            for occ in (1, 2):
+                space.append(OutConfig(tt, tp, 4, occ))
+    return space
+
+
+@functools.cache
+def _kernel(occupancy: int):
+    return compute_out_kernel.replace_hints(occupancy=occupancy)
+
+
+def launch(
+    x: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    dt_out: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    chunk_states: torch.Tensor,
+    D: torch.Tensor | None,
+    y: torch.Tensor,
+    chunk_size: int,
+    tile_n: int,
+    cfg: OutConfig,
+) -> None:
+    """Launch stage 3 into preallocated y (b, l, h, p)."""
+    b, seqlen, h, p = x.shape
+    g = B.shape[-2]
+    tile_t = min(cfg.TILE_T, chunk_size)
+    grid = (b * h, -(-seqlen // tile_t), -(-p // cfg.TILE_P))
+    d_arg = dt_out if D is None else D
+    args = (
+        x,
+        B,
+        C,
+        dt_out,
+        dA_cumsum,
+        chunk_states,
+        d_arg,
+        y,
+        h,
+        h // g,
+        chunk_size,
+        tile_t,
+        cfg.TILE_P,
+        tile_n,
+        D is not None,
+        x.dtype == torch.float32,
+        cfg.latency,
+    )
+    ct.launch(torch.cuda.current_stream(x.device), grid, _kernel(cfg.occupancy), args)

@@ -1,0 +1,138 @@
+"""Stage 2 of the SSD forward in cuTile: the state entering every chunk, and the final state.
+
+Reference: `kernels.reference.fwd_pass_state`. One program per (batch, head, head-dim tile, state tile)
+walks the chunks in order: it stores the state entering chunk k (float32), then jumps over the chunk
+in one step: the old state decays by exp2(G_end) and one ct.mma adds all Q tokens,
+    state = exp2(G_end) * state + xᵀ (B * exp2(G_end - G) * dt)        (TILE_P, Q) @ (Q, TILE_N).
+Sequential steps: number of chunks, not number of tokens.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import cuda.tile as ct
+import torch
+
+ConstInt = ct.Constant[int]
+ConstBool = ct.Constant[bool]
+ZERO = ct.PaddingMode.ZERO
+
+
+@ct.kernel
+def fwd_pass_state_kernel(
+    x,  # (b, l, h, p)
+    B,  # (b, l, g, n)
+    dt_out,  # (b, h, c * Q) float32
+    dA_cumsum,  # (b, h, c * Q) float32, log2 units
+    initial_states,  # (b, h, p, n) float32 (ignored unless HAS_INIT)
+    chunk_states,  # (b, c, h, p, n) float32, written
+    final_state,  # (b, h, p, n) float32, written
+    NHEADS: ConstInt,
+    HEADS_PER_GROUP: ConstInt,
+    Q: ConstInt,
+    TILE_P: ConstInt,
+    TILE_N: ConstInt,
+    HAS_INIT: ConstBool,
+    TF32: ConstBool,
+    LATENCY: ConstInt,
+):
+    bh = ct.bid(0)
+    bi = bh // NHEADS
+    hi = bh % NHEADS
+    gi = hi // HEADS_PER_GROUP
+    pj = ct.bid(1)
+    nj = ct.bid(2)
+    if HAS_INIT:
+        state = ct.load(
+            initial_states, index=(bi, hi, pj, nj), shape=(1, 1, TILE_P, TILE_N), padding_mode=ZERO
+        ).reshape((TILE_P, TILE_N))
+    else:
+        state = ct.zeros((TILE_P, TILE_N), dtype=ct.float32)
+    nchunks = chunk_states.shape[1]
+    for k in range(nchunks):
+        ct.store(chunk_states, index=(bi, k, hi, pj, nj), tile=state.reshape((1, 1, 1, TILE_P, TILE_N)))
+        g = ct.load(dA_cumsum, index=(bi, hi, k), shape=(1, 1, Q), latency=2).reshape((Q, 1))
+        d = ct.load(dt_out, index=(bi, hi, k), shape=(1, 1, Q), latency=2).reshape((Q, 1))
+        xk = ct.load(
+            x, index=(bi, k, hi, pj), shape=(1, Q, 1, TILE_P), padding_mode=ZERO, latency=LATENCY
+        ).reshape((Q, TILE_P))
+        bk = ct.load(
+            B, index=(bi, k, gi, nj), shape=(1, Q, 1, TILE_N), padding_mode=ZERO, latency=LATENCY
+        ).reshape((Q, TILE_N))
+        g_end = ct.extract(g, index=(Q - 1, 0), shape=(1, 1))
+        # B scaled by each token's decay to the chunk end and its dt; operands in the input dtype
+        # (bf16/fp16) or TF32 (fp32 inputs), accumulation in fp32.
+        bw = bk.astype(ct.float32) * (ct.exp2(g_end - g) * d)
+        if TF32:
+            xt = ct.transpose(xk.astype(ct.tfloat32))
+            bw = bw.astype(ct.tfloat32)
+        else:
+            xt = ct.transpose(xk)
+            bw = bw.astype(xk.dtype)
+        state = ct.mma(xt, bw, state * ct.exp2(g_end))
+    ct.store(final_state, index=(bi, hi, pj, nj), tile=state.reshape((1, 1, TILE_P, TILE_N)))
+
+
+@dataclass(frozen=True)
+class StateConfig:
+    """Block sizes and occupancy of one fwd_pass_state launch."""
+
+    TILE_P: int = 32
+    TILE_N: int = 64
+    latency: int = 4
+    occupancy: int = 2
+
+
+def search_space(headdim: int, dstate: int) -> list[StateConfig]:
+    """Configurations worth timing for this head dim and state dim."""
+    space = []
+    for tp in (16, 32, 64):
+        for tn in (32, 64, 128):
+            if tp > max(16, headdim) or tn > max(32, dstate):
+                continue
+            for occ in (1, 2, 4):
+                space.append(StateConfig(tp, tn, 4, occ))
+    return space
+
+
+@functools.cache
+def _kernel(occupancy: int):
+    return fwd_pass_state_kernel.replace_hints(occupancy=occupancy)
+
+
+def launch(
+    x: torch.Tensor,
+    B: torch.Tensor,
+    dt_out: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    initial_states: torch.Tensor | None,
+    chunk_states: torch.Tensor,
+    final_state: torch.Tensor,
+    chunk_size: int,
+    cfg: StateConfig,
+) -> None:
+    """Launch stage 2 into preallocated `chunk_states` (b, c, h, p, n) and `final_state` (b, h, p, n)."""
+    b, _, h, p = x.shape
+    g, n = B.shape[-2:]
+    grid = (b * h, -(-p // cfg.TILE_P), -(-n // cfg.TILE_N))
+    init = final_state if initial_states is None else initial_states
+    args = (
+        x,
+        B,
+        dt_out,
+        dA_cumsum,
+        init,
+        chunk_states,
+        final_state,
+        h,
+        h // g,
+        chunk_size,
+        cfg.TILE_P,
+        cfg.TILE_N,
+        initial_states is not None,
+        x.dtype == torch.float32,
+        cfg.latency,
+    )
+    ct.launch(torch.cuda.current_stream(x.device), grid, _kernel(cfg.occupancy), args)

@@ -1,0 +1,245 @@
+"""The Mamba-2 SSD in readable PyTorch: the specification every other backend is checked against.
+
+Notation (the same in every backend):
+    b batch, l tokens, h heads, p head dim, g groups (h % g == 0), n state dim,
+    Q chunk size, c = ceil(l / Q) chunks.
+    x (b, l, h, p), dt (b, l, h), A (h,), B and C (b, l, g, n), D (h,), state (b, h, p, n).
+Head i reads group i // (h // g) of B and C.
+
+The recurrence (one step per token):
+    h_t = exp(dt_t * A) * h_{t-1} + dt_t * x_t B_tᵀ        (p, n) per head
+    y_t = h_t C_t + D * x_t
+
+The chunked form computes the same thing in three stages, named as the cuTile kernels are:
+    chunk_cumsum    dA_cumsum = cumulative sum of dt * A inside each chunk (restarts at every chunk)
+    fwd_pass_state  each chunk's contribution to the state, then a sequential pass over chunks giving
+                    the state entering every chunk and the final state
+    compute_out     y = (C Bᵀ ∘ decay ∘ causal mask) (dt x)  +  decay · C (state entering the chunk)  +  D x
+
+All arithmetic is float32 (or float64 when the inputs are float64); `ssd_chunked` returns y in x's dtype.
+Tokens past l (padding up to a whole chunk) get dt = 0: no decay, no contribution, outputs discarded.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def _compute_dtype(t: Tensor) -> torch.dtype:
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
+
+
+def _pad_tokens(t: Tensor, length: int) -> Tensor:
+    """Zero-pad dim 1 (tokens) of t up to `length`."""
+    pad = length - t.shape[1]
+    if pad == 0:
+        return t
+    shape = list(t.shape)
+    shape[1] = pad
+    return torch.cat([t, t.new_zeros(shape)], dim=1)
+
+
+def _heads_from_groups(t: Tensor, nheads: int) -> Tensor:
+    """(..., g, n) -> (..., h, n): head i reads group i // (h // g)."""
+    return t.repeat_interleave(nheads // t.shape[-2], dim=-2)
+
+
+def process_dt(dt: Tensor, dt_bias: Tensor | None = None, dt_softplus: bool = False) -> Tensor:
+    """dt (..., h) -> dt + dt_bias, through softplus when asked, in float32/64."""
+    dt = dt.to(_compute_dtype(dt))
+    if dt_bias is not None:
+        dt = dt + dt_bias.to(dt.dtype)
+    if dt_softplus:
+        dt = F.softplus(dt)
+    return dt
+
+
+def chunk_cumsum(
+    dt: Tensor,
+    A: Tensor,
+    chunk_size: int,
+    dt_bias: Tensor | None = None,
+    dt_softplus: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """Stage 1: per-chunk cumulative sum of dt * A.
+
+    Args:
+        dt: (b, l, h) raw time steps.
+        A: (h,) negative decay rates.
+    Returns:
+        dt_out: (b, h, c, Q) processed dt (bias, softplus), 0 on padding tokens.
+        dA_cumsum: (b, h, c, Q) cumulative sum of dt_out * A along each chunk (natural log units).
+    """
+    b, l, h = dt.shape
+    c = -(-l // chunk_size)
+    dt = _pad_tokens(process_dt(dt, dt_bias, dt_softplus), c * chunk_size)
+    dt_out = dt.reshape(b, c, chunk_size, h).permute(0, 3, 1, 2)
+    dA_cumsum = torch.cumsum(dt_out * A.to(dt.dtype)[None, :, None, None], dim=-1)
+    return dt_out, dA_cumsum
+
+
+def fwd_pass_state(
+    x: Tensor,
+    B: Tensor,
+    dt_out: Tensor,
+    dA_cumsum: Tensor,
+    initial_states: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Stage 2: the state entering every chunk, and the final state.
+
+    Args:
+        x: (b, l, h, p).  B: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) from `chunk_cumsum`.
+        initial_states: (b, h, p, n) state before the first token, zeros when None.
+    Returns:
+        chunk_states: (b, c, h, p, n) the state before each chunk's first token.
+        final_state: (b, h, p, n) the state after the last token.
+    """
+    b, l, h, p = x.shape
+    _, _, c, Q = dt_out.shape
+    n = B.shape[-1]
+    dtype = dt_out.dtype
+    xc = _pad_tokens(x.to(dtype), c * Q).reshape(b, c, Q, h, p)
+    Bc = _heads_from_groups(_pad_tokens(B.to(dtype), c * Q), h).reshape(b, c, Q, h, n)
+    # What each chunk's tokens add to the state by the chunk's end: sum_s exp(G_end - G_s) dt_s x_s B_sᵀ.
+    decay_to_end = torch.exp(dA_cumsum[..., -1:] - dA_cumsum)
+    added = torch.einsum("bhcs,bhcs,bcshp,bcshn->bchpn", decay_to_end, dt_out, xc, Bc)
+    chunk_decay = torch.exp(dA_cumsum[..., -1])  # (b, h, c)
+    if initial_states is None:
+        state = x.new_zeros((b, h, p, n), dtype=dtype)
+    else:
+        state = initial_states.to(dtype)
+    entering = []
+    for k in range(c):
+        entering.append(state)
+        state = chunk_decay[:, :, k, None, None] * state + added[:, k]
+    return torch.stack(entering, dim=1), state
+
+
+def compute_out(
+    x: Tensor,
+    C: Tensor,
+    B: Tensor,
+    dt_out: Tensor,
+    dA_cumsum: Tensor,
+    chunk_states: Tensor,
+    D: Tensor | None = None,
+) -> Tensor:
+    """Stage 3: every token's output.
+
+    y_t = sum_{s <= t in t's chunk} (C_t · B_s) exp(G_t - G_s) dt_s x_s  +  exp(G_t) C_t · S_chunk  +  D x_t
+
+    Args:
+        x: (b, l, h, p).  C, B: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q).
+        chunk_states: (b, c, h, p, n) from `fwd_pass_state`.  D: (h,) or None.
+    Returns:
+        y: (b, l, h, p) in the compute dtype (float32/64).
+    """
+    b, l, h, p = x.shape
+    _, _, c, Q = dt_out.shape
+    g, n = C.shape[-2:]
+    dtype = dt_out.dtype
+    xc = _pad_tokens(x.to(dtype), c * Q).reshape(b, c, Q, h, p)
+    Cc = _pad_tokens(C.to(dtype), c * Q).reshape(b, c, Q, g, n)
+    Bc = _pad_tokens(B.to(dtype), c * Q).reshape(b, c, Q, g, n)
+    # Intra-chunk: C·Bᵀ per group, then per head with the pairwise decay and the causal mask.
+    CB = _heads_from_groups(torch.einsum("bctgn,bcsgn->bctsg", Cc, Bc).transpose(-1, -2), h)
+    CB = CB.permute(0, 3, 1, 2, 4)  # (b, h, c, t, s)
+    G = dA_cumsum
+    causal = torch.ones(Q, Q, dtype=torch.bool, device=x.device).tril()
+    # Mask before exp: above the diagonal G_t - G_s > 0 could overflow.
+    log_decay = (G[..., :, None] - G[..., None, :]).masked_fill(~causal, float("-inf"))
+    scores = CB * torch.exp(log_decay) * dt_out[..., None, :]
+    y = torch.einsum("bhcts,bcshp->bcthp", scores, xc)
+    # Inter-chunk: the state entering the chunk, decayed to token t and read by C_t.
+    Ch = _heads_from_groups(Cc, h)
+    y = y + torch.einsum("bcthn,bchpn,bhct->bcthp", Ch, chunk_states, torch.exp(G))
+    y = y.reshape(b, c * Q, h, p)[:, :l]
+    if D is not None:
+        y = y + D.to(dtype)[None, None, :, None] * x.to(dtype)
+    return y
+
+
+def ssd_chunked(
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    chunk_size: int,
+    D: Tensor | None = None,
+    dt_bias: Tensor | None = None,
+    dt_softplus: bool = False,
+    initial_states: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The three stages composed. Differentiable by autograd in every input.
+
+    Returns:
+        y: (b, l, h, p) in x's dtype.  final_state: (b, h, p, n) in float32 (float64 for float64 x).
+    """
+    dt_out, dA_cumsum = chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
+    chunk_states, final_state = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
+    y = compute_out(x, C, B, dt_out, dA_cumsum, chunk_states, D)
+    return y.to(x.dtype), final_state
+
+
+def ssd_step(
+    state: Tensor,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """One token of the recurrence, dt already processed (bias, softplus).
+
+    Args:
+        state: (b, h, p, n).  x: (b, h, p).  dt: (b, h).  A: (h,).  B, C: (b, g, n).  D: (h,) or None.
+    Returns:
+        y: (b, h, p) and the new state (b, h, p, n), in state's dtype.
+    """
+    dtype = state.dtype
+    h = x.shape[1]
+    dt = dt.to(dtype)
+    Bh = _heads_from_groups(B.to(dtype), h)
+    Ch = _heads_from_groups(C.to(dtype), h)
+    decay = torch.exp(dt * A.to(dtype))[..., None, None]
+    state = decay * state + (dt[..., None] * x.to(dtype))[..., :, None] * Bh[:, :, None, :]
+    y = torch.einsum("bhpn,bhn->bhp", state, Ch)
+    if D is not None:
+        y = y + D.to(dtype)[None, :, None] * x.to(dtype)
+    return y, state
+
+
+def ssd_recurrent(
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None = None,
+    dt_bias: Tensor | None = None,
+    dt_softplus: bool = False,
+    initial_states: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The oracle: the recurrence one token at a time, in float64.
+
+    Returns:
+        y: (b, l, h, p) float64.  final_state: (b, h, p, n) float64.
+    """
+    f64 = torch.float64
+    b, l, h, p = x.shape
+    n = B.shape[-1]
+    dt = process_dt(dt.to(f64), None if dt_bias is None else dt_bias.to(f64), dt_softplus)
+    if initial_states is None:
+        state = torch.zeros(b, h, p, n, dtype=f64, device=x.device)
+    else:
+        state = initial_states.to(f64)
+    A, Dd = A.to(f64), None if D is None else D.to(f64)
+    ys = []
+    for t in range(l):
+        y, state = ssd_step(state, x[:, t].to(f64), dt[:, t], A, B[:, t].to(f64), C[:, t].to(f64), Dd)
+        ys.append(y)
+    return torch.stack(ys, dim=1), state
