@@ -68,7 +68,8 @@ def search_space(nheads: int) -> list[CumsumConfig]:
     return [CumsumConfig(th) for th in (1, 2, 4, 8, 16) if th <= top]
 
 
-def launch(
+def spec(
+    cfg: CumsumConfig,
     dt: torch.Tensor,
     A: torch.Tensor,
     dt_bias: torch.Tensor | None,
@@ -76,9 +77,8 @@ def launch(
     dt_out: torch.Tensor,
     dA_cumsum: torch.Tensor,
     chunk_size: int,
-    cfg: CumsumConfig,
-) -> None:
-    """Launch stage 1 into preallocated dt_out and dA_cumsum, both (b, h, c * Q) float32.
+) -> tuple[tuple[int, ...], object, tuple]:
+    """(grid, kernel, args) of stage 1 writing dt_out and dA_cumsum, both (b, h, c * Q) float32.
 
     dt: (b, l, h) any float dtype; A, dt_bias: (h,) float32.
     """
@@ -88,4 +88,4 @@ def launch(
     grid = (b, nchunks, -(-h // th))
     bias = A if dt_bias is None else dt_bias
     args = (dt, A, bias, dt_out, dA_cumsum, seqlen, chunk_size, th, dt_bias is not None, dt_softplus)
-    ct.launch(torch.cuda.current_stream(dt.device), grid, chunk_cumsum_kernel, args)
+    return grid, chunk_cumsum_kernel, args

@@ -128,7 +128,8 @@ def _kernel(occupancy: int):
     return compute_out_kernel.replace_hints(occupancy=occupancy)
 
 
-def launch(
+def spec(
+    cfg: OutConfig,
     x: torch.Tensor,
     B: torch.Tensor,
     C: torch.Tensor,
@@ -138,15 +139,12 @@ def launch(
     D: torch.Tensor | None,
     y: torch.Tensor,
     chunk_size: int,
-    tile_n: int,
-    cfg: OutConfig,
-) -> None:
-    """Launch stage 3 into preallocated y (b, l, h, p)."""
+) -> tuple[tuple[int, ...], object, tuple]:
+    """(grid, kernel, args) of stage 3 writing y (b, l, h, p)."""
     b, seqlen, h, p = x.shape
-    g = B.shape[-2]
+    g, n = B.shape[-2:]
     tile_t = min(cfg.TILE_T, chunk_size)
     grid = (b * h, -(-seqlen // tile_t), -(-p // cfg.TILE_P))
-    d_arg = dt_out if D is None else D
     args = (
         x,
         B,
@@ -154,16 +152,16 @@ def launch(
         dt_out,
         dA_cumsum,
         chunk_states,
-        d_arg,
+        dt_out if D is None else D,
         y,
         h,
         h // g,
         chunk_size,
         tile_t,
         cfg.TILE_P,
-        tile_n,
+        1 << (n - 1).bit_length(),
         D is not None,
         x.dtype == torch.float32,
         cfg.latency,
     )
-    ct.launch(torch.cuda.current_stream(x.device), grid, _kernel(cfg.occupancy), args)
+    return grid, _kernel(cfg.occupancy), args

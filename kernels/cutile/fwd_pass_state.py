@@ -102,7 +102,8 @@ def _kernel(occupancy: int):
     return fwd_pass_state_kernel.replace_hints(occupancy=occupancy)
 
 
-def launch(
+def spec(
+    cfg: StateConfig,
     x: torch.Tensor,
     B: torch.Tensor,
     dt_out: torch.Tensor,
@@ -111,9 +112,8 @@ def launch(
     chunk_states: torch.Tensor,
     final_state: torch.Tensor,
     chunk_size: int,
-    cfg: StateConfig,
-) -> None:
-    """Launch stage 2 into preallocated `chunk_states` (b, c, h, p, n) and `final_state` (b, h, p, n)."""
+) -> tuple[tuple[int, ...], object, tuple]:
+    """(grid, kernel, args) of stage 2 writing chunk_states (b, c, h, p, n) and final_state (b, h, p, n)."""
     b, _, h, p = x.shape
     g, n = B.shape[-2:]
     grid = (b * h, -(-p // cfg.TILE_P), -(-n // cfg.TILE_N))
@@ -135,4 +135,4 @@ def launch(
         x.dtype == torch.float32,
         cfg.latency,
     )
-    ct.launch(torch.cuda.current_stream(x.device), grid, _kernel(cfg.occupancy), args)
+    return grid, _kernel(cfg.occupancy), args

@@ -1,0 +1,133 @@
+"""Per-shape block sizes for the cuTile kernels, chosen by cuda.tile.tune.exhaustive_search and kept on disk.
+
+One JSON file maps "kernel | shape key | GPU | cuda-tile version" to the winning configuration.
+Writes are atomic (temporary file + rename), so DDP ranks on one machine can share the file; a rank
+that finds a key already tuned reuses it instead of searching again.
+
+Tuning is off by default (each kernel then uses its fixed default configuration) and is turned on
+with `set_autotune(True)`; the model does that from the YAML key `model.cutile_autotune`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_state: dict[str, Any] = {"autotune": False, "path": None, "memory": None}
+
+
+def cache_path() -> Path:
+    """Where tuning results live: $XDG_CACHE_HOME/mamba2-cutile/tuning.json unless set_cache_path was called."""
+    if _state["path"] is not None:
+        return _state["path"]
+    base = os.environ.get("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache"))
+    return Path(base) / "mamba2-cutile" / "tuning.json"
+
+
+def set_cache_path(path: str | os.PathLike | None) -> None:
+    _state["path"] = None if path is None else Path(path)
+    _state["memory"] = None
+
+
+def set_autotune(enabled: bool) -> None:
+    """Search block sizes on first sight of a shape (True) or use the fixed defaults (False)."""
+    _state["autotune"] = bool(enabled)
+
+
+def autotune_enabled() -> bool:
+    return _state["autotune"]
+
+
+def _load() -> dict[str, dict]:
+    if _state["memory"] is None:
+        path = cache_path()
+        try:
+            _state["memory"] = json.loads(path.read_text()) if path.exists() else {}
+        except (OSError, json.JSONDecodeError) as e:
+            log.warning("ignoring unreadable cuTile tuning cache %s: %s", path, e)
+            _state["memory"] = {}
+    return _state["memory"]
+
+
+def _store(key: str, value: dict) -> None:
+    path = cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:  # merge with what other processes wrote meanwhile
+        on_disk = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, json.JSONDecodeError):
+        on_disk = {}
+    on_disk.update(_load())
+    on_disk[key] = value
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tuning-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(on_disk, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+    _state["memory"] = on_disk
+
+
+def _gpu_key(device: torch.device) -> str:
+    import cuda.tile
+
+    name = torch.cuda.get_device_name(device).replace(" ", "_")
+    return f"{name}|cuda-tile-{cuda.tile.__version__}"
+
+
+def choose(
+    kernel_name: str,
+    shape_key: str,
+    default: T,
+    space: Sequence[T],
+    device: torch.device,
+    spec: Callable[[T], tuple[tuple[int, ...], Any, tuple]],
+) -> T:
+    """The configuration to launch `kernel_name` with for this shape.
+
+    Args:
+        default: used when tuning is off and nothing is cached.
+        space: candidates for exhaustive_search.
+        spec: config -> (grid, kernel, args), the launch that tuning times.
+    """
+    key = f"{kernel_name}|{shape_key}|{_gpu_key(device)}"
+    cached = _load().get(key)
+    cls = type(default)
+    if cached is not None:
+        return cls(**cached["config"])
+    if not _state["autotune"] or len(space) <= 1:
+        return default
+    from cuda.tile.tune import exhaustive_search
+
+    start = time.perf_counter()
+    log.warning("cuTile: tuning %s for %s over %d configurations (once per shape)", kernel_name, shape_key, len(space))
+    result = exhaustive_search(
+        list(space),
+        torch.cuda.current_stream(device),
+        grid_fn=lambda cfg: spec(cfg)[0],
+        kernel=lambda cfg: spec(cfg)[1],
+        args_fn=lambda cfg: spec(cfg)[2],
+        quiet=True,
+    )
+    best = result.best.config
+    seconds = time.perf_counter() - start
+    log.warning(
+        "cuTile: %s best %s at %.1f us (%d ok, %d failed, %.1f s)",
+        kernel_name,
+        best,
+        result.best.mean_us,
+        len(result.successes),
+        len(result.failures),
+        seconds,
+    )
+    _store(key, {"config": dataclasses.asdict(best), "mean_us": result.best.mean_us, "tuned_s": seconds})
+    return best
