@@ -36,7 +36,9 @@ def _check_shapes(
     if A.shape != (h,):
         raise ValueError(f"A must be (nheads,) = {(h,)}, got {tuple(A.shape)}")
     if B.dim() != 4 or B.shape[:2] != (b, l):
-        raise ValueError(f"B must be (batch, seqlen, ngroups, dstate) with batch, seqlen = {b, l}, got {tuple(B.shape)}")
+        raise ValueError(
+            f"B must be (batch, seqlen, ngroups, dstate) with batch, seqlen = {b, l}, got {tuple(B.shape)}"
+        )
     if C.shape != B.shape:
         raise ValueError(f"C must have B's shape {tuple(B.shape)}, got {tuple(C.shape)}")
     g, n = B.shape[2:]

@@ -96,7 +96,7 @@ def fwd_pass_state(
         chunk_states: (b, c, h, p, n) the state before each chunk's first token.
         final_state: (b, h, p, n) the state after the last token.
     """
-    b, l, h, p = x.shape
+    b, _, h, p = x.shape
     _, _, c, Q = dt_out.shape
     n = B.shape[-1]
     dtype = dt_out.dtype

@@ -36,9 +36,9 @@ def chunk_cumsum_kernel(
     bi = ct.bid(0)
     ci = ct.bid(1)
     hj = ct.bid(2)
-    d = ct.load(
-        dt, index=(bi, ci, hj), shape=(1, Q, TILE_H), padding_mode=ct.PaddingMode.ZERO, latency=4
-    ).reshape((Q, TILE_H))
+    d = ct.load(dt, index=(bi, ci, hj), shape=(1, Q, TILE_H), padding_mode=ct.PaddingMode.ZERO, latency=4).reshape(
+        (Q, TILE_H)
+    )
     d = d.astype(ct.float32)
     if HAS_BIAS:
         bias = ct.load(dt_bias, index=(hj,), shape=(TILE_H,), padding_mode=ct.PaddingMode.ZERO)

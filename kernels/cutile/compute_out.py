@@ -56,12 +56,12 @@ def compute_out_kernel(
     first = k * blocks_per_chunk  # first token block of the chunk
 
     g_t = ct.load(dA_cumsum, index=(bi, hi, tb), shape=(1, 1, TILE_T), latency=2).reshape((TILE_T, 1))
-    c_t = ct.load(
-        C, index=(bi, tb, gi, 0), shape=(1, TILE_T, 1, TILE_N), padding_mode=ZERO, latency=LATENCY
-    ).reshape((TILE_T, TILE_N))
-    x_t = ct.load(
-        x, index=(bi, tb, hi, pj), shape=(1, TILE_T, 1, TILE_P), padding_mode=ZERO, latency=LATENCY
-    ).reshape((TILE_T, TILE_P))
+    c_t = ct.load(C, index=(bi, tb, gi, 0), shape=(1, TILE_T, 1, TILE_N), padding_mode=ZERO, latency=LATENCY).reshape(
+        (TILE_T, TILE_N)
+    )
+    x_t = ct.load(x, index=(bi, tb, hi, pj), shape=(1, TILE_T, 1, TILE_P), padding_mode=ZERO, latency=LATENCY).reshape(
+        (TILE_T, TILE_P)
+    )
     c_tf = c_t.astype(ct.tfloat32)
 
     # Carried state: exp2(G_t) * C_t · Sᵀ, S the state entering chunk k.

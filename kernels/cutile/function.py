@@ -38,9 +38,7 @@ def ssd_fwd(
 def _ssd_fwd_fake(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states):
     b, _, h, p = x.shape
     n = B.shape[-1]
-    return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(
-        (b, h, p, n), dtype=torch.float32
-    )
+    return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty((b, h, p, n), dtype=torch.float32)
 
 
 @torch.library.custom_op("mamba2_cutile::ssd_bwd", mutates_args=())

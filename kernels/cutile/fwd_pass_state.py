@@ -55,12 +55,12 @@ def fwd_pass_state_kernel(
         ct.store(chunk_states, index=(bi, k, hi, pj, nj), tile=state.reshape((1, 1, 1, TILE_P, TILE_N)))
         g = ct.load(dA_cumsum, index=(bi, hi, k), shape=(1, 1, Q), latency=2).reshape((Q, 1))
         d = ct.load(dt_out, index=(bi, hi, k), shape=(1, 1, Q), latency=2).reshape((Q, 1))
-        xk = ct.load(
-            x, index=(bi, k, hi, pj), shape=(1, Q, 1, TILE_P), padding_mode=ZERO, latency=LATENCY
-        ).reshape((Q, TILE_P))
-        bk = ct.load(
-            B, index=(bi, k, gi, nj), shape=(1, Q, 1, TILE_N), padding_mode=ZERO, latency=LATENCY
-        ).reshape((Q, TILE_N))
+        xk = ct.load(x, index=(bi, k, hi, pj), shape=(1, Q, 1, TILE_P), padding_mode=ZERO, latency=LATENCY).reshape(
+            (Q, TILE_P)
+        )
+        bk = ct.load(B, index=(bi, k, gi, nj), shape=(1, Q, 1, TILE_N), padding_mode=ZERO, latency=LATENCY).reshape(
+            (Q, TILE_N)
+        )
         g_end = ct.extract(g, index=(Q - 1, 0), shape=(1, 1))
         # B scaled by each token's decay to the chunk end and its dt; operands in the input dtype
         # (bf16/fp16) or TF32 (fp32 inputs), accumulation in fp32.

@@ -1,0 +1,211 @@
+"""The SSD alone: cutile vs triton vs torch, forward and forward+backward, in one process.
+
+For each shape, backends are timed alternately (repeat r of every backend before repeat r + 1 of
+any), after a warm-up that is timed on its own (first-call compilation and autotuning). Reported
+per backend: wall time per call (CUDA events, launch gaps included) with median and spread over
+repeats, GPU kernel time per call (torch.profiler), achieved GB/s over the SSD's minimal traffic
+and TFLOP/s of the chunked algorithm, against ceilings measured in the same run.
+
+    python scripts/bench_kernels.py --out results/kernels.json            # seed shape + sweep
+    python scripts/bench_kernels.py --shapes tiny --backends torch        # plumbing check on CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import kernels
+from kernels.cutile import tuning
+from scripts import benchlib
+
+
+@dataclass(frozen=True)
+class Shape:
+    batch: int
+    seqlen: int
+    nheads: int
+    headdim: int
+    dstate: int
+    ngroups: int = 1
+    chunk_size: int = 128
+    dtype: str = "bfloat16"
+
+    def bytes_moved(self) -> int:
+        """Each input read once and y written once: x, B, C, y in dtype; dt in float32."""
+        e = torch.finfo(getattr(torch, self.dtype)).bits // 8
+        b, l, h, p, g, n = self.batch, self.seqlen, self.nheads, self.headdim, self.ngroups, self.dstate
+        return e * (2 * b * l * h * p + 2 * b * l * g * n) + 4 * b * l * h
+
+    def flops(self) -> int:
+        """Forward FLOPs of the chunked algorithm with full Q x Q blocks: C Bᵀ, (scores) x, chunk states, C S."""
+        b, l, h, p, n, q = self.batch, self.seqlen, self.nheads, self.headdim, self.dstate, self.chunk_size
+        return 2 * b * l * h * (q * n + q * p + 2 * p * n)
+
+
+SEED = Shape(4, 16384, 8, 64, 128)
+SWEEP = [Shape(4, l, 8, 64, n) for n in (64, 128) for l in (2048, 4096, 8192, 16384)]
+TINY = [Shape(1, 96, 2, 16, 8, chunk_size=32, dtype="float32")]
+
+
+def make_inputs(shape: Shape, device: str, requires_grad: bool) -> dict[str, torch.Tensor]:
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    dt_ = getattr(torch, shape.dtype)
+    b, l, h, p, g, n = shape.batch, shape.seqlen, shape.nheads, shape.headdim, shape.ngroups, shape.dstate
+
+    def r(*s, scale=1.0, dtype=dt_):
+        return (torch.randn(*s, generator=gen) * scale).to(device=device, dtype=dtype)
+
+    inputs = {
+        "x": r(b, l, h, p),
+        "dt": r(b, l, h, scale=0.5, dtype=torch.float32) - 1.0,
+        "A": -torch.exp(r(h, scale=0.5, dtype=torch.float32)),
+        "B": r(b, l, g, n, scale=n**-0.5),
+        "C": r(b, l, g, n, scale=n**-0.5),
+        "D": r(h, dtype=torch.float32),
+        "dt_bias": r(h, scale=0.5, dtype=torch.float32),
+    }
+    if requires_grad:
+        for t in inputs.values():
+            t.requires_grad_(True)
+    return inputs
+
+
+def make_call(shape: Shape, backend: str, mode: str, device: str):
+    inputs = make_inputs(shape, device, requires_grad=mode == "fwd_bwd")
+    grad_y = None
+
+    def forward():
+        return kernels.ssd(
+            inputs["x"],
+            inputs["dt"],
+            inputs["A"],
+            inputs["B"],
+            inputs["C"],
+            shape.chunk_size,
+            D=inputs["D"],
+            dt_bias=inputs["dt_bias"],
+            dt_softplus=True,
+            backend=backend,
+        )
+
+    if mode == "fwd":
+
+        def call():
+            with torch.no_grad():
+                return forward()
+
+        return call
+
+    leaves = list(inputs.values())
+
+    def call():
+        nonlocal grad_y
+        y = forward()
+        if grad_y is None:
+            grad_y = torch.randn_like(y)
+        return torch.autograd.grad(y, leaves, grad_y)
+
+    return call
+
+
+def bench_shape(shape: Shape, backends: list[str], modes: list[str], repeats: int, calls: int, device: str):
+    records = []
+    for mode in modes:
+        fns, warmup = {}, {}
+        for backend in backends:
+            fn = make_call(shape, backend, mode, device)
+            start = time.perf_counter()
+            fn()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            warmup[backend] = time.perf_counter() - start
+            for _ in range(2):
+                fn()
+            fns[backend] = fn
+        samples = {b: [] for b in backends}
+        for _ in range(repeats):
+            for backend in backends:  # alternate: drift hits every backend alike
+                samples[backend].append(benchlib.wall_ms(fns[backend], calls))
+        for backend in backends:
+            gpu_ms, launches = benchlib.gpu_kernel_ms(fns[backend], min(calls, 5))
+            wall = benchlib.summarize(samples[backend])
+            rec = {
+                "shape": asdict(shape),
+                "mode": mode,
+                "backend": backend,
+                "wall_ms": wall,
+                "gpu_ms": gpu_ms,
+                "kernels_per_call": launches,
+                "warmup_s": warmup[backend],
+                "GBps_gpu": shape.bytes_moved() / gpu_ms / 1e6 if gpu_ms == gpu_ms else None,
+                "TFLOPs_gpu": (shape.flops() * (1 if mode == "fwd" else 3)) / gpu_ms / 1e9
+                if gpu_ms == gpu_ms
+                else None,
+            }
+            records.append(rec)
+            print(
+                f"L={shape.seqlen:6d} n={shape.dstate:3d} {mode:7s} {backend:7s} wall {wall['median']:8.3f} ms "
+                f"(iqr {wall['iqr']:.3f})  gpu {gpu_ms:8.3f} ms  {launches:3d} kernels  warm-up {warmup[backend]:.1f} s",
+                flush=True,
+            )
+        del fns
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="results/kernels.json", help="JSON file to write")
+    ap.add_argument(
+        "--shapes", choices=["seed", "sweep", "tiny"], default="sweep", help="seed shape only, sweep, or tiny"
+    )
+    ap.add_argument(
+        "--backends", default="cutile,triton,torch", help="comma-separated; unavailable ones are reported and skipped"
+    )
+    ap.add_argument("--modes", default="fwd,fwd_bwd")
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--calls", type=int, default=20, help="calls per timed repeat")
+    ap.add_argument("--autotune", action="store_true", help="tune cuTile block sizes per shape (cached on disk)")
+    args = ap.parse_args(argv)
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tuning.set_autotune(args.autotune)
+    shapes = {"seed": [SEED], "sweep": SWEEP, "tiny": TINY}[args.shapes]
+    backends, skipped = [], {}
+    for b in args.backends.split(","):
+        reason = kernels.unavailable_reason(b, device)
+        if reason is None:
+            backends.append(b)
+        else:
+            skipped[b] = reason
+            print(f"skipping backend {b}: {reason}", flush=True)
+    if not backends:
+        print("no backend can run here", file=sys.stderr)
+        return 2
+    env = benchlib.environment()
+    print(env, flush=True)
+    records = []
+    for shape in shapes:
+        records += bench_shape(shape, backends, args.modes.split(","), args.repeats, args.calls, device)
+    payload = {
+        "kind": "bench_kernels",
+        "environment": env,
+        "ceilings": benchlib.ceilings(),
+        "settings": {**vars(args), "device": device, "skipped": skipped},
+        "records": records,
+    }
+    print(f"wrote {benchlib.write_json(args.out, payload)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""What every benchmark here shares: the environment record, the timers, the ceilings, the JSON file.
+
+Two clocks, always both:
+  wall  CUDA events around each call, launch gaps included (what a training loop waits for);
+  gpu   the sum of the kernels' own durations from torch.profiler (what the GPU spends working).
+The Triton SSD is host-bound below ~8k tokens on the H200, so the two can differ several-fold.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import json
+import platform
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+H200_DENSE_BF16_TFLOPS = 989.5  # datasheet, SXM, dense
+
+
+def _version(module: str) -> str | None:
+    try:
+        mod = importlib.import_module(module)
+    except Exception:
+        return None
+    return getattr(mod, "__version__", "unknown")
+
+
+def environment() -> dict[str, Any]:
+    """GPU, driver, CUDA and package versions, host, date: stored beside every figure."""
+    env: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "host": platform.node(),
+        "torch": torch.__version__,
+        "cuda_runtime": torch.version.cuda,
+        "triton": _version("triton"),
+        "cuda_tile": _version("cuda.tile"),
+        "mamba_ssm": _version("mamba_ssm"),
+        "lightning": _version("lightning"),
+    }
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        env["gpu"] = props.name
+        env["gpu_count"] = torch.cuda.device_count()
+        env["sm_count"] = props.multi_processor_count
+        env["capability"] = f"{props.major}.{props.minor}"
+        try:
+            env["driver"] = (
+                subprocess.run(
+                    ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
+                .stdout.strip()
+                .splitlines()[0]
+            )
+        except (OSError, IndexError, subprocess.SubprocessError):
+            env["driver"] = None
+    else:
+        env["gpu"] = None
+    return env
+
+
+def summarize(samples: list[float]) -> dict[str, float]:
+    """Median and spread (min, max, interquartile range) of a list of timings."""
+    s = sorted(samples)
+    q = statistics.quantiles(s, n=4) if len(s) >= 2 else [s[0], s[0], s[0]]
+    return {"median": statistics.median(s), "min": s[0], "max": s[-1], "iqr": q[2] - q[0], "n": len(s)}
+
+
+def wall_ms(fn: Callable[[], Any], calls: int) -> float:
+    """Mean milliseconds per call of `calls` back-to-back calls, CUDA events around the batch."""
+    if not torch.cuda.is_available():
+        import time
+
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter() - start) * 1e3 / calls
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / calls
+
+
+def gpu_kernel_ms(fn: Callable[[], Any], calls: int) -> tuple[float, int]:
+    """(GPU kernel milliseconds per call, kernels per call) from torch.profiler; (nan, 0) off GPU."""
+    if not torch.cuda.is_available():
+        return float("nan"), 0
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    total_us, count = 0.0, 0
+    for evt in prof.events():
+        if evt.device_type == torch.autograd.DeviceType.CUDA and not evt.is_user_annotation:
+            total_us += evt.device_time
+            count += 1
+    return total_us / 1e3 / calls, count // max(calls, 1)
+
+
+def ceilings() -> dict[str, float]:
+    """Measured device-to-device copy bandwidth (GB/s, read + write) and bf16 matmul rate (TFLOP/s)."""
+    if not torch.cuda.is_available():
+        return {}
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 255)
+    dst = torch.empty_like(src)
+    ms = min(wall_ms(lambda: dst.copy_(src), 10) for _ in range(3))
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    mm = min(wall_ms(lambda: a @ b, 10) for _ in range(3))
+    return {"copy_GBps": 2 * n / ms / 1e6, "bf16_matmul_TFLOPs": 2 * 8192**3 / mm / 1e9}
+
+
+def write_json(path: str | Path, payload: dict[str, Any]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=1, default=str) + "\n")
+    return path
