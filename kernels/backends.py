@@ -25,21 +25,29 @@ BACKENDS = ("torch", "cutile", "triton")
 @dataclass(frozen=True)
 class Backend:
     name: str
-    module: str | None  # imported on first use; None for the always-present reference
+    module: str  # imported on first use
+    function: str
     install_hint: str
+    needs_cuda: bool
 
 
 _SPECS = {
-    "torch": Backend("torch", None, ""),
-    "cutile": Backend("cutile", "kernels.cutile.function", "pip install 'cuda-tile[tileiras]'"),
-    "triton": Backend("triton", "kernels.triton_backend", "install mamba_ssm 2.3.2.post1 and triton"),
+    "torch": Backend("torch", "kernels.reference", "ssd_chunked", "", needs_cuda=False),
+    "cutile": Backend("cutile", "kernels.cutile.function", "ssd_cutile", "pip install 'cuda-tile[tileiras]'", True),
+    "triton": Backend(
+        "triton", "kernels.triton_backend", "ssd_triton", "install mamba_ssm 2.3.2.post1 and triton", True
+    ),
 }
+_loaded: dict[str, Callable] = {}
 
 
-@functools.cache
-def _import_error(module: str) -> str | None:
+def _import_error(name: str) -> str | None:
+    """Import backend `name`'s module once; the error text if that fails."""
+    if name in _loaded:
+        return None
+    spec = _SPECS[name]
     try:
-        importlib.import_module(module)
+        _loaded[name] = getattr(importlib.import_module(spec.module), spec.function)
     except Exception as e:  # ImportError, or a broken install raising something else
         return f"{type(e).__name__}: {e}"
     return None
@@ -51,32 +59,28 @@ def unavailable_reason(name: str, device: torch.device | str) -> str | None:
         return f"unknown SSD backend {name!r}; choose one of {', '.join((*BACKENDS, 'auto'))}"
     spec = _SPECS[name]
     device = torch.device(device)
-    if spec.module is None:
-        return None
-    if device.type != "cuda":
-        return f"the {name} backend runs on a CUDA GPU, and the inputs are on {device.type}"
-    if not torch.cuda.is_available():
-        return f"the {name} backend needs a CUDA GPU and torch sees none"
-    if name == "cutile" and torch.cuda.get_device_capability(device) < (8, 0):
-        return f"cuTile needs compute capability 8.0 or newer; {torch.cuda.get_device_name(device)} is older"
-    err = _import_error(spec.module)
+    if spec.needs_cuda:
+        if device.type != "cuda":
+            return f"the {name} backend runs on a CUDA GPU, and the inputs are on {device.type}"
+        if not torch.cuda.is_available():
+            return f"the {name} backend needs a CUDA GPU and torch sees none"
+        if name == "cutile" and torch.cuda.get_device_capability(device) < (8, 0):
+            return f"cuTile needs compute capability 8.0 or newer; {torch.cuda.get_device_name(device)} is older"
+    err = _import_error(name)
     if err is not None:
         return f"the {name} backend could not be imported ({err}); {spec.install_hint}"
     return None
 
 
 @functools.cache
-def resolve(name: str, device_type: str, device_index: int | None = None) -> str:
-    """The concrete backend for `name` on this device; raises RuntimeError if it cannot run.
-
-    `auto` becomes cutile where cutile can run, else torch, and says so once per device.
-    """
+def _resolve(name: str, device_type: str, device_index: int | None) -> str:
     device = torch.device(device_type, device_index) if device_index is not None else torch.device(device_type)
     if name == "auto":
         reason = unavailable_reason("cutile", device)
         chosen = "cutile" if reason is None else "torch"
         why = "cuTile kernels on the GPU" if reason is None else f"pure PyTorch, because {reason}"
         log.warning("SSD backend auto -> %s (%s)", chosen, why)
+        unavailable_reason(chosen, device)
         return chosen
     reason = unavailable_reason(name, device)
     if reason is not None:
@@ -84,18 +88,16 @@ def resolve(name: str, device_type: str, device_index: int | None = None) -> str
     return name
 
 
+@torch.compiler.assume_constant_result
+def resolve(name: str, device_type: str, device_index: int | None = None) -> str:
+    """The concrete backend for `name` on this device; raises RuntimeError if it cannot run.
+
+    `auto` becomes cutile where cutile can run, else torch, and says so once per device.
+    Under torch.compile this runs once at trace time and its answer is a constant of the graph.
+    """
+    return _resolve(name, device_type, device_index)
+
+
 def implementation(name: str) -> Callable:
-    """The function of a concrete backend, with the signature of `kernels.ssd` minus its last two arguments."""
-    if name == "torch":
-        from kernels.reference import ssd_chunked
-
-        return ssd_chunked
-    if name == "cutile":
-        from kernels.cutile.function import ssd_cutile
-
-        return ssd_cutile
-    if name == "triton":
-        from kernels.triton_backend import ssd_triton
-
-        return ssd_triton
-    raise ValueError(f"unknown SSD backend {name!r}; choose one of {', '.join((*BACKENDS, 'auto'))}")
+    """The function of a backend that `resolve` returned: kernels.ssd's signature up to initial_states."""
+    return _loaded[name]

@@ -41,6 +41,11 @@ def _ssd_fwd_fake(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_s
     return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty((b, h, p, n), dtype=torch.float32)
 
 
+_AUTOGRAD_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.AutogradFunctionality) | torch._C.DispatchKeySet(
+    torch._C.DispatchKey.ADInplaceOrView
+)
+
+
 @torch.library.custom_op("mamba2_cutile::ssd_bwd", mutates_args=())
 def ssd_bwd(
     dy: Tensor,
@@ -62,7 +67,10 @@ def ssd_bwd(
     """
     inputs = [x, dt, A, B, C, D, dt_bias, initial_states]
     leaves = [None if t is None else t.detach().requires_grad_(True) for t in inputs]
-    with torch.enable_grad(), torch.autocast(x.device.type, enabled=False):
+    # A custom op's body runs below the autograd dispatch keys; let autograd record the recomputation.
+    excluded = torch._C._dispatch_tls_local_exclude_set() - _AUTOGRAD_KEYS
+    autograd_on = torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded)
+    with autograd_on, torch.enable_grad(), torch.autocast(x.device.type, enabled=False):
         lx, ldt, lA, lB, lC, lD, lbias, linit = leaves
         y, final = reference.ssd_chunked(lx, ldt, lA, lB, lC, chunk_size, lD, lbias, dt_softplus, linit)
         present = [t for t in leaves if t is not None]
