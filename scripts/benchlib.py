@@ -8,12 +8,8 @@ The Triton SSD is host-bound below ~8k tokens on the H200, so the two can differ
 
 from __future__ import annotations
 
-import datetime
-import importlib
 import json
-import platform
 import statistics
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -24,53 +20,6 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-
-H200_DENSE_BF16_TFLOPS = 989.5  # datasheet, SXM, dense
-
-
-def _version(module: str) -> str | None:
-    try:
-        mod = importlib.import_module(module)
-    except Exception:
-        return None
-    return getattr(mod, "__version__", "unknown")
-
-
-def environment() -> dict[str, Any]:
-    """GPU, driver, CUDA and package versions, host, date: stored beside every figure."""
-    env: dict[str, Any] = {
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "python": platform.python_version(),
-        "host": platform.node(),
-        "torch": torch.__version__,
-        "cuda_runtime": torch.version.cuda,
-        "triton": _version("triton"),
-        "cuda_tile": _version("cuda.tile"),
-        "mamba_ssm": _version("mamba_ssm"),
-        "lightning": _version("lightning"),
-    }
-    if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
-        env["gpu"] = props.name
-        env["gpu_count"] = torch.cuda.device_count()
-        env["sm_count"] = props.multi_processor_count
-        env["capability"] = f"{props.major}.{props.minor}"
-        try:
-            env["driver"] = (
-                subprocess.run(
-                    ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                    capture_output=True,
-                    text=True,
-                    timeout=30,
-                )
-                .stdout.strip()
-                .splitlines()[0]
-            )
-        except (OSError, IndexError, subprocess.SubprocessError):
-            env["driver"] = None
-    else:
-        env["gpu"] = None
-    return env
 
 
 def summarize(samples: list[float]) -> dict[str, float]:

@@ -1,0 +1,194 @@
+"""A Mamba-2 language model in one file (nn.Module, no Lightning here).
+
+    tokens -> embedding -> n_layer x [x + Mamba2Block(RMSNorm(x))] -> RMSNorm -> LM head (tied)
+
+Mamba2Block (Dao & Gu, 2024):
+    in_proj: d_model -> (z, xBC, dt)       z, x: d_inner = expand * d_model;  B, C: ngroups * d_state each
+    xBC = SiLU(causal depthwise conv1d(xBC))
+    y   = SSD(x, dt, A, B, C, D, dt_bias)  via kernels.ssd (backend chosen by name)
+    y   = RMSNorm(y * SiLU(z)) per group;   out_proj: d_inner -> d_model
+
+`step` runs one token with a constant-size cache (conv window + SSM state) for generation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+import kernels
+from kernels.reference import process_dt, ssd_step
+
+
+@dataclass
+class Mamba2Config:
+    vocab_size: int = 4096
+    d_model: int = 256
+    n_layer: int = 4
+    d_state: int = 64
+    headdim: int = 32
+    expand: int = 2
+    ngroups: int = 1
+    d_conv: int = 4
+    chunk_size: int = 64
+    dt_min: float = 0.001
+    dt_max: float = 0.1
+    dt_init_floor: float = 1e-4
+    A_init_range: tuple[float, float] = (1.0, 16.0)
+    norm_eps: float = 1e-5
+
+    @property
+    def d_inner(self) -> int:
+        return self.expand * self.d_model
+
+    @property
+    def nheads(self) -> int:
+        return self.d_inner // self.headdim
+
+    def validate(self) -> None:
+        if self.d_inner % self.headdim != 0:
+            raise ValueError(f"expand * d_model = {self.d_inner} must be divisible by headdim = {self.headdim}")
+        if self.nheads % self.ngroups != 0:
+            raise ValueError(f"nheads = {self.nheads} must be divisible by ngroups = {self.ngroups}")
+        for name in ("vocab_size", "d_model", "n_layer", "d_state", "headdim", "expand", "d_conv", "chunk_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm over the last dim, optionally gated: norm(x * SiLU(z)), in groups of `group_size`."""
+
+    def __init__(self, dim: int, eps: float = 1e-5, group_size: int | None = None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+        self.group_size = group_size or dim
+
+    def forward(self, x: Tensor, z: Tensor | None = None) -> Tensor:
+        dtype = x.dtype
+        x = x.float()
+        if z is not None:
+            x = x * F.silu(z.float())
+        shape = x.shape
+        x = x.reshape(*shape[:-1], -1, self.group_size)
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (x.reshape(shape) * self.weight.float()).to(dtype)
+
+
+class Mamba2Block(nn.Module):
+    def __init__(self, cfg: Mamba2Config, layer_idx: int):
+        super().__init__()
+        self.cfg = cfg
+        self.layer_idx = layer_idx
+        d_inner, h, gn = cfg.d_inner, cfg.nheads, cfg.ngroups * cfg.d_state
+        self.conv_dim = d_inner + 2 * gn
+        self.in_proj = nn.Linear(cfg.d_model, 2 * d_inner + 2 * gn + h, bias=False)
+        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, cfg.d_conv, groups=self.conv_dim, padding=cfg.d_conv - 1)
+        # dt_bias = softplus⁻¹(dt), dt log-uniform in [dt_min, dt_max]
+        dt = torch.exp(torch.rand(h) * (math.log(cfg.dt_max) - math.log(cfg.dt_min)) + math.log(cfg.dt_min))
+        dt = dt.clamp(min=cfg.dt_init_floor)
+        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
+        self.A_log = nn.Parameter(torch.log(torch.empty(h).uniform_(*cfg.A_init_range)))
+        self.D = nn.Parameter(torch.ones(h))
+        for p in (self.dt_bias, self.A_log, self.D):
+            p._no_weight_decay = True
+        self.norm = RMSNorm(d_inner, cfg.norm_eps, group_size=d_inner // cfg.ngroups)
+        self.out_proj = nn.Linear(d_inner, cfg.d_model, bias=False)
+
+    def _split(self, zxbcdt: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        d_inner = self.cfg.d_inner
+        return zxbcdt.split([d_inner, self.conv_dim, self.cfg.nheads], dim=-1)
+
+    def _split_xbc(self, xbc: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        gn = self.cfg.ngroups * self.cfg.d_state
+        return xbc.split([self.cfg.d_inner, gn, gn], dim=-1)
+
+    def forward(self, u: Tensor, backend: str = "auto") -> Tensor:
+        """u: (b, l, d_model) -> (b, l, d_model)."""
+        cfg = self.cfg
+        b, l, _ = u.shape
+        z, xbc, dt = self._split(self.in_proj(u))
+        xbc = F.silu(self.conv1d(xbc.transpose(1, 2))[..., :l].transpose(1, 2))
+        x, B, C = self._split_xbc(xbc)
+        y = kernels.ssd(
+            x.reshape(b, l, cfg.nheads, cfg.headdim),
+            dt,
+            -torch.exp(self.A_log.float()),
+            B.reshape(b, l, cfg.ngroups, cfg.d_state),
+            C.reshape(b, l, cfg.ngroups, cfg.d_state),
+            cfg.chunk_size,
+            D=self.D,
+            dt_bias=self.dt_bias,
+            dt_softplus=True,
+            backend=backend,
+        )
+        return self.out_proj(self.norm(y.reshape(b, l, cfg.d_inner), z))
+
+    def allocate_cache(self, batch: int, device: torch.device, dtype: torch.dtype) -> dict[str, Tensor]:
+        cfg = self.cfg
+        return {
+            "conv": torch.zeros(batch, self.conv_dim, cfg.d_conv, device=device, dtype=dtype),
+            "ssm": torch.zeros(batch, cfg.nheads, cfg.headdim, cfg.d_state, device=device, dtype=torch.float32),
+        }
+
+    def step(self, u: Tensor, cache: dict[str, Tensor]) -> Tensor:
+        """One token. u: (b, d_model) -> (b, d_model); cache updated in place."""
+        cfg = self.cfg
+        b = u.shape[0]
+        z, xbc, dt = self._split(self.in_proj(u))
+        conv = cache["conv"]
+        conv.copy_(torch.roll(conv, shifts=-1, dims=-1))
+        conv[:, :, -1] = xbc
+        xbc = F.silu((conv * self.conv1d.weight.squeeze(1)).sum(-1) + self.conv1d.bias)
+        x, B, C = self._split_xbc(xbc)
+        y, cache["ssm"] = ssd_step(
+            cache["ssm"],
+            x.reshape(b, cfg.nheads, cfg.headdim),
+            process_dt(dt, self.dt_bias, dt_softplus=True),
+            -torch.exp(self.A_log.float()),
+            B.reshape(b, cfg.ngroups, cfg.d_state),
+            C.reshape(b, cfg.ngroups, cfg.d_state),
+            self.D,
+        )
+        return self.out_proj(self.norm(y.reshape(b, cfg.d_inner).to(u.dtype), z))
+
+
+class Mamba2LM(nn.Module):
+    """Mamba-2 language model. forward: tokens (b, l) int64 -> logits (b, l, vocab_size)."""
+
+    def __init__(self, cfg: Mamba2Config):
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.embedding = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.norms = nn.ModuleList(RMSNorm(cfg.d_model, cfg.norm_eps) for _ in range(cfg.n_layer))
+        self.layers = nn.ModuleList(Mamba2Block(cfg, i) for i in range(cfg.n_layer))
+        self.norm_f = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.backend = "auto"
+        nn.init.normal_(self.embedding.weight, std=0.02)
+        for layer in self.layers:  # scale residual-branch outputs down with depth, as GPT-2 and Mamba do
+            with torch.no_grad():
+                layer.out_proj.weight /= math.sqrt(cfg.n_layer)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        h = self.embedding(tokens)
+        for norm, layer in zip(self.norms, self.layers):
+            h = h + layer(norm(h), backend=self.backend)
+        return F.linear(self.norm_f(h), self.embedding.weight)
+
+    def allocate_cache(self, batch: int, device: torch.device, dtype: torch.dtype) -> list[dict[str, Tensor]]:
+        return [layer.allocate_cache(batch, device, dtype) for layer in self.layers]
+
+    def step(self, token: Tensor, cache: list[dict[str, Tensor]]) -> Tensor:
+        """One token per sequence. token: (b,) int64 -> logits (b, vocab_size); cache updated in place."""
+        h = self.embedding(token)
+        for norm, layer, c in zip(self.norms, self.layers, cache):
+            h = h + layer.step(norm(h), c)
+        return F.linear(self.norm_f(h), self.embedding.weight)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
