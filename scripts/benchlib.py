@@ -21,6 +21,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from lightning_modules.environment import environment  # noqa: E402
+
+__all__ = ["ceilings", "environment", "gpu_kernel_ms", "summarize", "wall_ms", "write_json"]
+
 
 def summarize(samples: list[float]) -> dict[str, float]:
     """Median and spread (min, max, interquartile range) of a list of timings."""

@@ -1,0 +1,108 @@
+"""Shared by the tests: tiny corpora, CSV metric reading, the offline wandb record reader, train.py arguments."""
+
+from __future__ import annotations
+
+import csv
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_corpus(directory: Path, n_files: int = 12, lines: int = 60) -> Path:
+    """A small text corpus of Python-like files, deterministic."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for i in range(n_files):
+        body = "\n".join(
+            f"def function_{i}_{j}(value):\n    return value * {j} + {i}  # line {j}\n" for j in range(lines)
+        )
+        (directory / f"module_{i}.py").write_text(f'"""Module {i}."""\n\n{body}\n')
+    return directory
+
+
+def tiny_args(root: Path, corpus: Path, *extra: str) -> list[str]:
+    """train.py arguments for a seconds-long CPU run on `corpus`, everything under `root`."""
+    return [
+        "--config",
+        str(ROOT / "configs" / "tiny.yaml"),
+        f"--trainer.default_root_dir={root}",
+        "--trainer.max_steps=12",
+        "--trainer.val_check_interval=6",
+        "--trainer.limit_val_batches=2",
+        "--trainer.log_every_n_steps=1",
+        "--trainer.enable_progress_bar=false",
+        "--model.d_model=32",
+        "--model.headdim=16",
+        "--model.d_state=16",
+        "--model.chunk_size=16",
+        "--model.warmup_steps=2",
+        f"--data.corpus={corpus}",
+        "--data.max_documents=null",
+        "--data.vocab_size=300",
+        "--data.seq_len=48",
+        "--data.batch_size=4",
+        "--data.val_fraction=0.2",
+        f"--data.cache_dir={root / 'cache'}",
+        "--checkpoint.every_n_train_steps=4",
+        *extra,
+    ]
+
+
+def read_metrics(root: Path, version: int | None = None) -> list[dict[str, float]]:
+    """Rows of the CSV log under root/csv (the latest version unless given), as floats, empty cells dropped."""
+    versions = sorted((root / "csv").glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
+    path = (root / "csv" / f"version_{version}" if version is not None else versions[-1]) / "metrics.csv"
+    with path.open() as f:
+        return [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
+
+
+def series(rows: list[dict[str, float]], key: str) -> dict[int, float]:
+    """step -> value for one metric."""
+    return {int(r["step"]): r[key] for r in rows if key in r}
+
+
+def wandb_records(path: Path) -> Iterator[bytes]:
+    """The protobuf records of an offline .wandb file (a LevelDB-style log of 32 KiB blocks)."""
+    data = path.read_bytes()
+    assert data[:4] == b":W&B", f"{path} is not a wandb run file"
+    pos, block, pending = 7, 32768, b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunk = data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind == 1:
+            yield chunk
+        elif kind == 2:
+            pending = chunk
+        elif kind == 3:
+            pending += chunk
+        elif kind == 4:
+            yield pending + chunk
+
+
+class InterruptAt(Callback):
+    """Stops a run abruptly at a given step, as a crash or a kill would."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            raise RuntimeError(f"simulated crash at step {self.step}")
+
+
+class DumpWeights(Callback):
+    """Writes each rank's final weights to <default_root_dir>/weights_rank{r}.pt."""
+
+    def on_train_end(self, trainer: L.Trainer, pl_module) -> None:
+        path = Path(trainer.default_root_dir) / f"weights_rank{trainer.global_rank}.pt"
+        torch.save({k: v.detach().cpu() for k, v in pl_module.state_dict().items()}, path)
