@@ -80,6 +80,18 @@ def chunk_cumsum(
     return dt_out, dA_cumsum
 
 
+def _segsum(a: Tensor) -> Tensor:
+    """(..., T) -> (..., T, T) with [k, j] = a_{j+1} + ... + a_k for j <= k, and -inf above the diagonal.
+
+    Summed as masked cumulative sums, not as differences of one cumulative sum, so no cancellation.
+    """
+    T = a.shape[-1]
+    x = a[..., :, None].expand(*a.shape, T)  # x[..., i, j] = a_i
+    below = torch.ones(T, T, dtype=torch.bool, device=a.device).tril(-1)
+    s = torch.cumsum(x.masked_fill(~below, 0.0), dim=-2)
+    return s.masked_fill(~torch.ones(T, T, dtype=torch.bool, device=a.device).tril(), float("-inf"))
+
+
 def fwd_pass_state(
     x: Tensor,
     B: Tensor,
@@ -88,6 +100,12 @@ def fwd_pass_state(
     initial_states: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Stage 2: the state entering every chunk, and the final state.
+
+    The pass over chunks is the recurrence S_{k+1} = exp(G_end,k) S_k + added_k, S_0 = initial state.
+    It is evaluated here in closed form, S_k = sum_{j<k} exp(G_end,j+1 + ... + G_end,k-1) added_j
+    + exp(G_end,0 + ... + G_end,k-1) S_0, as one product with a (c+1) x (c+1) decay matrix, which
+    autograd differentiates in a few large kernels instead of 2c small ones (the cuTile kernel
+    walks the chunks in order instead).
 
     Args:
         x: (b, l, h, p).  B: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) from `chunk_cumsum`.
@@ -98,23 +116,21 @@ def fwd_pass_state(
     """
     b, _, h, p = x.shape
     _, _, c, Q = dt_out.shape
-    n = B.shape[-1]
+    g, n = B.shape[-2:]
+    r = h // g
     dtype = dt_out.dtype
-    xc = _pad_tokens(x.to(dtype), c * Q).reshape(b, c, Q, h, p)
-    Bc = _heads_from_groups(_pad_tokens(B.to(dtype), c * Q), h).reshape(b, c, Q, h, n)
+    xc = _pad_tokens(x.to(dtype), c * Q).reshape(b, c, Q, g, r, p)
+    Bc = _pad_tokens(B.to(dtype), c * Q).reshape(b, c, Q, g, n)
     # What each chunk's tokens add to the state by the chunk's end: sum_s exp(G_end - G_s) dt_s x_s B_sᵀ.
-    decay_to_end = torch.exp(dA_cumsum[..., -1:] - dA_cumsum)
-    added = torch.einsum("bhcs,bhcs,bcshp,bcshn->bchpn", decay_to_end, dt_out, xc, Bc)
-    chunk_decay = torch.exp(dA_cumsum[..., -1])  # (b, h, c)
+    weight = (torch.exp(dA_cumsum[..., -1:] - dA_cumsum) * dt_out).reshape(b, g, r, c, Q)
+    added = torch.einsum("bgrcs,bcsgrp,bcsgn->bcgrpn", weight, xc, Bc).reshape(b, c, h, p, n)
     if initial_states is None:
-        state = x.new_zeros((b, h, p, n), dtype=dtype)
-    else:
-        state = initial_states.to(dtype)
-    entering = []
-    for k in range(c):
-        entering.append(state)
-        state = chunk_decay[:, :, k, None, None] * state + added[:, k]
-    return torch.stack(entering, dim=1), state
+        initial_states = x.new_zeros((b, h, p, n), dtype=dtype)
+    states = torch.cat([initial_states.to(dtype)[:, None], added], dim=1)  # (b, c + 1, h, p, n)
+    chunk_log_decay = F.pad(dA_cumsum[..., -1], (1, 0))  # (b, h, c + 1), a leading 0 for S_0
+    decay = torch.exp(_segsum(chunk_log_decay))  # (b, h, c + 1, c + 1)
+    passed = torch.einsum("bhkj,bjhpn->bkhpn", decay, states)
+    return passed[:, :c], passed[:, c]
 
 
 def compute_out(
@@ -139,22 +155,22 @@ def compute_out(
     b, l, h, p = x.shape
     _, _, c, Q = dt_out.shape
     g, n = C.shape[-2:]
+    r = h // g
     dtype = dt_out.dtype
-    xc = _pad_tokens(x.to(dtype), c * Q).reshape(b, c, Q, h, p)
+    xc = _pad_tokens(x.to(dtype), c * Q).reshape(b, c, Q, g, r, p)
     Cc = _pad_tokens(C.to(dtype), c * Q).reshape(b, c, Q, g, n)
     Bc = _pad_tokens(B.to(dtype), c * Q).reshape(b, c, Q, g, n)
-    # Intra-chunk: C·Bᵀ per group, then per head with the pairwise decay and the causal mask.
-    CB = _heads_from_groups(torch.einsum("bctgn,bcsgn->bctsg", Cc, Bc).transpose(-1, -2), h)
-    CB = CB.permute(0, 3, 1, 2, 4)  # (b, h, c, t, s)
-    G = dA_cumsum
+    G = dA_cumsum.reshape(b, g, r, c, Q)
+    # Intra-chunk: C·Bᵀ per group (shared by its heads), the pairwise decay and the causal mask per head.
+    CB = torch.einsum("bctgn,bcsgn->bgcts", Cc, Bc)[:, :, None]  # (b, g, 1, c, t, s)
     causal = torch.ones(Q, Q, dtype=torch.bool, device=x.device).tril()
     # Mask before exp: above the diagonal G_t - G_s > 0 could overflow.
     log_decay = (G[..., :, None] - G[..., None, :]).masked_fill(~causal, float("-inf"))
-    scores = CB * torch.exp(log_decay) * dt_out[..., None, :]
-    y = torch.einsum("bhcts,bcshp->bcthp", scores, xc)
+    scores = CB * torch.exp(log_decay) * dt_out.reshape(b, g, r, c, 1, Q)
+    y = torch.einsum("bgrcts,bcsgrp->bctgrp", scores, xc)
     # Inter-chunk: the state entering the chunk, decayed to token t and read by C_t.
-    Ch = _heads_from_groups(Cc, h)
-    y = y + torch.einsum("bcthn,bchpn,bhct->bcthp", Ch, chunk_states, torch.exp(G))
+    states = chunk_states.reshape(b, c, g, r, p, n)
+    y = y + torch.einsum("bctgn,bcgrpn,bgrct->bctgrp", Cc, states, torch.exp(G))
     y = y.reshape(b, c * Q, h, p)[:, :l]
     if D is not None:
         y = y + D.to(dtype)[None, None, :, None] * x.to(dtype)

@@ -135,7 +135,8 @@ def bench_shape(shape: Shape, backends: list[str], modes: list[str], repeats: in
             for backend in backends:  # alternate: drift hits every backend alike
                 samples[backend].append(benchlib.wall_ms(fns[backend], calls))
         for backend in backends:
-            gpu_ms, launches = benchlib.gpu_kernel_ms(fns[backend], min(calls, 5))
+            prof = benchlib.gpu_kernel_ms(fns[backend], min(calls, 5))
+            gpu_ms, launches = prof["ms"], prof["kernels"]
             wall = benchlib.summarize(samples[backend])
             rec = {
                 "shape": asdict(shape),
@@ -144,6 +145,7 @@ def bench_shape(shape: Shape, backends: list[str], modes: list[str], repeats: in
                 "wall_ms": wall,
                 "gpu_ms": gpu_ms,
                 "kernels_per_call": launches,
+                "top_kernels_ms": dict(list(prof["by_kernel"].items())[:8]),
                 "warmup_s": warmup[backend],
                 "GBps_gpu": shape.bytes_moved() / gpu_ms / 1e6 if gpu_ms == gpu_ms else None,
                 "TFLOPs_gpu": (shape.flops() * (1 if mode == "fwd" else 3)) / gpu_ms / 1e9

@@ -52,10 +52,13 @@ def wall_ms(fn: Callable[[], Any], calls: int) -> float:
     return start.elapsed_time(end) / calls
 
 
-def gpu_kernel_ms(fn: Callable[[], Any], calls: int) -> tuple[float, int]:
-    """(GPU kernel milliseconds per call, kernels per call) from torch.profiler; (nan, 0) off GPU."""
+def gpu_kernel_ms(fn: Callable[[], Any], calls: int) -> dict[str, Any]:
+    """GPU kernel time per call from torch.profiler: {"ms", "kernels" (launches per call), "by_kernel"}.
+
+    by_kernel maps each kernel name to its milliseconds per call, largest first. Off GPU: ms is nan.
+    """
     if not torch.cuda.is_available():
-        return float("nan"), 0
+        return {"ms": float("nan"), "kernels": 0, "by_kernel": {}}
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
@@ -63,12 +66,14 @@ def gpu_kernel_ms(fn: Callable[[], Any], calls: int) -> tuple[float, int]:
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
-    total_us, count = 0.0, 0
+    by_kernel: dict[str, float] = {}
+    count = 0
     for evt in prof.events():
         if evt.device_type == torch.autograd.DeviceType.CUDA and not evt.is_user_annotation:
-            total_us += evt.device_time
+            by_kernel[evt.name] = by_kernel.get(evt.name, 0.0) + evt.device_time / 1e3 / calls
             count += 1
-    return total_us / 1e3 / calls, count // max(calls, 1)
+    ranked = dict(sorted(by_kernel.items(), key=lambda kv: -kv[1]))
+    return {"ms": sum(ranked.values()), "kernels": count // max(calls, 1), "by_kernel": ranked}
 
 
 def ceilings() -> dict[str, float]:
