@@ -123,9 +123,8 @@ class LanguageModel(L.LightningModule):
             {"params": decay, "weight_decay": self.hparams.weight_decay},
             {"params": no_decay, "weight_decay": 0.0},
         ]
-        optimizer = torch.optim.AdamW(
-            groups, lr=self.hparams.lr, betas=self.hparams.betas, fused=self.device.type == "cuda"
-        )
+        # Not fused: Lightning's mixed precision cannot clip gradients of optimizers that unscale internally.
+        optimizer = torch.optim.AdamW(groups, lr=self.hparams.lr, betas=self.hparams.betas)
         total = max(1, int(self.trainer.estimated_stepping_batches))
         warmup, floor = self.hparams.warmup_steps, self.hparams.min_lr_ratio
 

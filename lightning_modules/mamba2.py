@@ -112,7 +112,8 @@ class Mamba2Block(nn.Module):
         cfg = self.cfg
         b, l, _ = u.shape
         z, xbc, dt = self._split(self.in_proj(u))
-        xbc = F.silu(self.conv1d(xbc.transpose(1, 2))[..., :l].transpose(1, 2))
+        # Back to (b, l, channels) with channels contiguous: the kernels read rows of x, B and C.
+        xbc = F.silu(self.conv1d(xbc.transpose(1, 2))[..., :l].transpose(1, 2).contiguous())
         x, B, C = self._split_xbc(xbc)
         y = kernels.ssd(
             x.reshape(b, l, cfg.nheads, cfg.headdim),

@@ -52,7 +52,7 @@ class Runner:
         self.model = Mamba2LM(cfg).to(device)
         self.model.backend = backend
         self.forward = torch.compile(self.model) if compile_model else self.model
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, fused=device == "cuda")
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)  # as in training (foreach, not fused)
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
 

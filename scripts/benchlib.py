@@ -23,6 +23,9 @@ if str(ROOT) not in sys.path:
 
 from lightning_modules.environment import environment  # noqa: E402
 
+# As in train.py: float32 matmuls (the reference SSD, the cutile backward) may use TF32.
+torch.set_float32_matmul_precision("high")
+
 __all__ = ["ceilings", "environment", "gpu_kernel_ms", "summarize", "wall_ms", "write_json"]
 
 
