@@ -179,7 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     if not backends:
         print("no backend can run here", file=sys.stderr)
         return 2
-    records = []
+    records: list[dict] = []
+    payload = {
+        "kind": "bench_step",
+        "environment": benchlib.environment(),
+        "settings": {**vars(args), "device": device, "skipped": skipped},
+        "records": records,
+    }
     for mode in args.modes.split(","):
         for size in args.sizes.split(","):
             for seqlen in (int(s) for s in args.seqlens.split(",")):
@@ -189,12 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as e:  # keep what was measured; say what failed
                     print(f"FAILED {size} L={seqlen} {mode}: {type(e).__name__}: {e}", flush=True)
                     records.append({"size": size, "seqlen": seqlen, "mode": mode, "error": f"{type(e).__name__}: {e}"})
-    payload = {
-        "kind": "bench_step",
-        "environment": benchlib.environment(),
-        "settings": {**vars(args), "device": device, "skipped": skipped},
-        "records": records,
-    }
+                benchlib.write_json(args.out, payload)  # after every shape: a timeout keeps what was measured
     print(f"wrote {benchlib.write_json(args.out, payload)}")
     return 0
 

@@ -81,14 +81,15 @@ def ssd_bwd(
             out.append(x.new_empty(0))
             continue
         gt = next(grads)
-        out.append(torch.zeros_like(t) if gt is None else gt)
+        # Contiguous, as the fake implementation promises (autograd accepts any layout).
+        out.append(torch.zeros(t.shape, dtype=t.dtype, device=t.device) if gt is None else gt.contiguous())
     return out
 
 
 @ssd_bwd.register_fake
 def _ssd_bwd_fake(dy, dfinal, x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states):
     inputs = [x, dt, A, B, C, D, dt_bias, initial_states]
-    return [x.new_empty(0) if t is None else torch.empty_like(t) for t in inputs]
+    return [x.new_empty(0) if t is None else t.new_empty(t.shape) for t in inputs]
 
 
 def _setup_context(ctx, inputs, output) -> None:
