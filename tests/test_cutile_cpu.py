@@ -1,0 +1,86 @@
+"""The cuTile backend where no GPU is: every kernel still compiles for Hopper and Blackwell, the
+toolchain checks say what is wrong, and the backward op equals the reference's gradients."""
+
+from __future__ import annotations
+
+import stat
+
+import pytest
+import torch
+
+from kernels.cutile import aot, forward
+from kernels.cutile import function as cutile_function
+from kernels.reference import ssd_chunked
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_90", "sm_100"])
+def test_every_kernel_compiles_to_a_cubin(arch):
+    sizes = aot.export_all(arch)
+    names = {label.split("[")[0] for label in sizes}
+    assert names == {"chunk_cumsum", "fwd_pass_state", "compute_out"}
+    assert len(sizes) == len(list(aot.signatures()))
+    assert all(size > 1000 for size in sizes.values())
+
+
+def _fake_ptxas(directory, release: str):
+    bin_dir = directory / "bin"
+    bin_dir.mkdir(parents=True)
+    ptxas = bin_dir / "ptxas"
+    ptxas.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.0'\n")
+    ptxas.chmod(ptxas.stat().st_mode | stat.S_IEXEC)
+    return directory
+
+
+def test_old_toolkit_in_cuda_home_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_HOME", str(_fake_ptxas(tmp_path / "cuda-12.0", "12.0")))
+    forward.check_toolchain.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match=r"CUDA_HOME=.*cuda-12.0 holds ptxas 12.0, older than tileiras"):
+            forward.check_toolchain()
+    finally:
+        forward.check_toolchain.cache_clear()
+
+
+def test_new_enough_toolkit_in_cuda_home_passes(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_HOME", str(_fake_ptxas(tmp_path / "cuda-99.0", "99.0")))
+    forward.check_toolchain.cache_clear()
+    try:
+        forward.check_toolchain()
+    finally:
+        forward.check_toolchain.cache_clear()
+
+
+def test_missing_compiler_is_named(monkeypatch):
+    monkeypatch.setattr(forward, "_tileiras_path", lambda: None)
+    forward.check_toolchain.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match=r"tileiras.*pip install 'cuda-tile\[tileiras\]'"):
+            forward.check_toolchain()
+    finally:
+        forward.check_toolchain.cache_clear()
+
+
+def test_cpu_tensors_are_refused_by_the_kernels_wrapper():
+    x = torch.randn(1, 8, 2, 4)
+    with pytest.raises(ValueError, match="is on cpu; move the inputs to a CUDA device"):
+        forward.check_inputs(x, torch.rand(1, 8, 2), -torch.ones(2), torch.randn(1, 8, 1, 4), torch.randn(1, 8, 1, 4),
+                             64, None, None, None)
+
+
+def test_backward_op_equals_reference_autograd():
+    torch.manual_seed(0)
+    b, l, h, p, g, n = 2, 37, 4, 8, 2, 6
+    inputs = [torch.randn(b, l, h, p), torch.randn(b, l, h), -torch.rand(h), torch.randn(b, l, g, n),
+              torch.randn(b, l, g, n), torch.randn(h), torch.randn(h), torch.randn(b, h, p, n)]
+    dy, dfinal = torch.randn(b, l, h, p), torch.randn(b, h, p, n)
+    x, dt, A, B, C, D, bias, init = inputs
+    grads = cutile_function.ssd_bwd(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init)
+    leaves = [t.clone().requires_grad_(True) for t in inputs]
+    y, s = ssd_chunked(*leaves[:5], 16, leaves[5], leaves[6], True, leaves[7])
+    expected = torch.autograd.grad((y, s), leaves, (dy, dfinal))
+    for got, want in zip(grads, expected):
+        torch.testing.assert_close(got, want)
+        assert got.is_contiguous()
+    absent = cutile_function.ssd_bwd(dy, dfinal, x, dt, A, B, C, 16, None, None, True, None)
+    assert absent[5].numel() == absent[6].numel() == absent[7].numel() == 0

@@ -1,0 +1,120 @@
+"""The datamodule on temporary corpora: split, tokenizer, packing, caching, sampler, clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from tokenizers import Tokenizer
+
+from data.corpus import load_corpus, stdlib_files
+from data.datamodule import ResumableSampler, TextDataModule
+from tests.helpers import write_corpus
+
+
+def build(tmp_path, corpus, **kw):
+    args = dict(corpus=str(corpus), vocab_size=300, seq_len=32, batch_size=4, val_fraction=0.25,
+                cache_dir=str(tmp_path / "cache"))
+    dm = TextDataModule(**{**args, **kw})
+    dm.prepare_data()
+    dm.setup("fit")
+    return dm
+
+
+def test_text_corpus_to_packed_blocks(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus", n_files=8)
+    dm = build(tmp_path, corpus)
+    assert len(dm.train_set) > 0 and len(dm.val_set) > 0
+    row = dm.train_set[0]["input_ids"]
+    assert row.shape == (33,) and not row.is_floating_point()
+    tok = Tokenizer.from_file(str(dm.tokenizer_path))
+    assert tok.get_vocab_size() <= 300
+    assert int(dm.train_set[:]["input_ids"].max()) < 300
+    text = tok.decode(row.tolist())
+    assert "def function_" in text or "return value" in text
+
+
+def test_tokenizer_round_trip(tmp_path):
+    dm = build(tmp_path, write_corpus(tmp_path / "corpus", n_files=6))
+    tok = Tokenizer.from_file(str(dm.tokenizer_path))
+    for sample in ["def f(x):\n    return x * 2  # ünïcode ✓\n", "    \t\n", "x = {'a': [1, 2]}"]:
+        assert tok.decode(tok.encode(sample).ids) == sample
+
+
+def test_split_is_deterministic_and_cached(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus", n_files=10)
+    a = build(tmp_path, corpus)
+    b = build(tmp_path, corpus)
+    assert torch.equal(a.train_set[:]["input_ids"], b.train_set[:]["input_ids"])
+    assert torch.equal(a.val_set[:]["input_ids"], b.val_set[:]["input_ids"])
+    assert a.tokenizer_path == b.tokenizer_path
+    c = build(tmp_path, corpus, seed=7)  # another seed, another split
+    assert c.tokenizer_path != a.tokenizer_path
+
+
+def test_jsonl_and_parquet(tmp_path):
+    rows = [{"content": f"record {i}: " + "tokens and more tokens " * 20} for i in range(20)]
+    jsonl = tmp_path / "d.jsonl"
+    jsonl.write_text("\n".join(json.dumps(r) for r in rows))
+    dm = build(tmp_path, jsonl, text_field="content")
+    assert len(dm.train_set) > 0
+    with pytest.raises(ValueError, match="no column 'text'"):
+        build(tmp_path, jsonl)
+    import datasets
+
+    parquet = tmp_path / "d.parquet"
+    datasets.Dataset.from_list(rows).to_parquet(str(parquet))
+    assert len(build(tmp_path, parquet, text_field="content").train_set) > 0
+
+
+def test_stdlib_default_corpus_is_there():
+    files = stdlib_files()
+    assert len(files) > 100 and all(f.endswith(".py") for f in files)
+    assert not any("/test/" in f or "site-packages" in f for f in files)
+    ds = load_corpus("stdlib")
+    assert len(ds) == len(files) or len(ds) > 100
+
+
+def test_missing_path_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does-not-exist"):
+        build(tmp_path, tmp_path / "does-not-exist")
+    (tmp_path / "empty_dir").mkdir()
+    with pytest.raises(FileNotFoundError, match="empty_dir.*holds no"):
+        build(tmp_path, tmp_path / "empty_dir")
+
+
+def test_empty_corpus_is_named(tmp_path):
+    d = tmp_path / "blank"
+    d.mkdir()
+    for i in range(3):
+        (d / f"{i}.txt").write_text("  \n\n ")
+    with pytest.raises(ValueError, match="blank.*is empty"):
+        build(tmp_path, d)
+
+
+def test_too_little_validation_text(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus", n_files=4, lines=2)
+    with pytest.raises(ValueError, match="fewer than seq_len"):
+        build(tmp_path, corpus, seq_len=2000)
+
+
+def test_bad_settings():
+    with pytest.raises(ValueError, match="val_fraction"):
+        TextDataModule(val_fraction=1.5)
+    with pytest.raises(ValueError, match="vocab_size must be at least 257"):
+        TextDataModule(vocab_size=100)
+
+
+def test_resumable_sampler_continues_where_it_stopped():
+    data = list(range(103))
+    consumed = {"n": 0}
+    full = list(ResumableSampler(data, 1, 0, seed=3, batch_size=8, consumed=lambda: consumed["n"]))
+    assert len(full) == 96 and len(set(full)) == 96  # whole batches only, no repeats
+    consumed["n"] = 40
+    assert list(ResumableSampler(data, 1, 0, seed=3, batch_size=8, consumed=lambda: consumed["n"])) == full[40:]
+    consumed["n"] = 96  # next epoch: a new permutation
+    nxt = list(ResumableSampler(data, 1, 0, seed=3, batch_size=8, consumed=lambda: consumed["n"]))
+    assert len(nxt) == 96 and nxt != full
+    ranks = [set(ResumableSampler(data, 2, r, seed=3, batch_size=8)) for r in (0, 1)]
+    assert not ranks[0] & ranks[1]

@@ -1,0 +1,117 @@
+"""kernels.ssd: one entry point, shape checks, backend choice, timing marks, torch.compile."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+import kernels
+from kernels import backends
+from kernels.reference import ssd_recurrent
+
+
+def make(b=2, l=30, h=4, p=8, g=2, n=6):
+    torch.manual_seed(0)
+    return (
+        torch.randn(b, l, h, p),
+        torch.randn(b, l, h),
+        -torch.rand(h) - 0.1,
+        torch.randn(b, l, g, n),
+        torch.randn(b, l, g, n),
+    )
+
+
+def test_matches_oracle_and_returns_state():
+    x, dt, A, B, C = make()
+    D, bias = torch.randn(4), torch.randn(4)
+    y, state = kernels.ssd(x, dt, A, B, C, 16, D=D, dt_bias=bias, dt_softplus=True, return_final_states=True)
+    y_ref, state_ref = ssd_recurrent(x, dt, A, B, C, D, bias, True)
+    assert ((y.double() - y_ref).norm() / y_ref.norm()) < 1e-5
+    assert ((state.double() - state_ref).norm() / state_ref.norm()) < 1e-5
+    assert isinstance(kernels.ssd(x, dt, A, B, C, 16), torch.Tensor)
+
+
+@pytest.mark.parametrize(
+    "position,replacement,message",
+    [
+        (0, torch.randn(2, 30, 4), "x must be"),
+        (1, torch.randn(2, 29, 4), "dt must be"),
+        (2, torch.randn(3), "A must be"),
+        (4, torch.randn(2, 30, 2, 5), "C must have B's shape"),
+    ],
+)
+def test_bad_shapes_raise_clear_errors(position, replacement, message):
+    args = list(make())
+    args[position] = replacement
+    with pytest.raises(ValueError, match=message):
+        kernels.ssd(*args, 16)
+
+
+def test_heads_not_divisible_by_groups():
+    x, dt, A, _, _ = make()
+    B = C = torch.randn(2, 30, 3, 6)
+    with pytest.raises(ValueError, match=r"nheads \(4\) must be divisible by ngroups \(3\)"):
+        kernels.ssd(x, dt, A, B, C, 16)
+
+
+def test_bad_optional_shapes_and_chunk():
+    x, dt, A, B, C = make()
+    with pytest.raises(ValueError, match="chunk_size"):
+        kernels.ssd(x, dt, A, B, C, 0)
+    with pytest.raises(ValueError, match="D must be"):
+        kernels.ssd(x, dt, A, B, C, 16, D=torch.ones(3))
+    with pytest.raises(ValueError, match="initial_states must be"):
+        kernels.ssd(x, dt, A, B, C, 16, initial_states=torch.zeros(2, 4, 8, 5))
+
+
+@pytest.mark.parametrize("name", ["cutile", "triton"])
+def test_gpu_backends_on_cpu_say_why(name):
+    with pytest.raises(RuntimeError, match=rf"SSD backend '{name}' cannot run here: .*CUDA GPU"):
+        kernels.ssd(*make(), 16, backend=name)
+
+
+def test_unknown_backend():
+    with pytest.raises(RuntimeError, match="unknown SSD backend 'fast'"):
+        kernels.ssd(*make(), 16, backend="fast")
+
+
+def test_auto_picks_torch_on_cpu_and_says_so_once(caplog):
+    backends._resolve.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="kernels"):
+        assert kernels.resolve("auto", "cpu") == "torch"
+        assert kernels.resolve("auto", "cpu") == "torch"
+    said = [r.message for r in caplog.records if "auto ->" in r.message]
+    assert len(said) == 1 and "pure PyTorch" in said[0]
+
+
+def test_timer_records_forward_and_backward():
+    x, dt, A, B, C = make()
+    x.requires_grad_(True)
+    kernels.ssd_timer.reset()
+    kernels.ssd_timer.enabled = True
+    try:
+        y = kernels.ssd(x, dt, A, B, C, 16)
+        y.square().sum().backward()
+        fwd, bwd = kernels.ssd_timer.totals_ms()
+    finally:
+        kernels.ssd_timer.enabled = False
+        kernels.ssd_timer.reset()
+    assert fwd > 0 and bwd > 0
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+def test_torch_compile_fullgraph_through_the_entry_point():
+    x, dt, A, B, C = make()
+    x.requires_grad_(True)
+
+    def f(x):
+        return kernels.ssd(x, dt, A, B, C, 16, dt_softplus=True, backend="torch").square().mean()
+
+    loss = torch.compile(f, fullgraph=True)(x)
+    loss.backward()
+    g = x.grad.clone()
+    x.grad = None
+    f(x).backward()
+    torch.testing.assert_close(g, x.grad, rtol=1e-4, atol=1e-5)
