@@ -64,15 +64,32 @@ def test_missing_compiler_is_named(monkeypatch):
 def test_cpu_tensors_are_refused_by_the_kernels_wrapper():
     x = torch.randn(1, 8, 2, 4)
     with pytest.raises(ValueError, match="is on cpu; move the inputs to a CUDA device"):
-        forward.check_inputs(x, torch.rand(1, 8, 2), -torch.ones(2), torch.randn(1, 8, 1, 4), torch.randn(1, 8, 1, 4),
-                             64, None, None, None)
+        forward.check_inputs(
+            x,
+            torch.rand(1, 8, 2),
+            -torch.ones(2),
+            torch.randn(1, 8, 1, 4),
+            torch.randn(1, 8, 1, 4),
+            64,
+            None,
+            None,
+            None,
+        )
 
 
 def test_backward_op_equals_reference_autograd():
     torch.manual_seed(0)
     b, l, h, p, g, n = 2, 37, 4, 8, 2, 6
-    inputs = [torch.randn(b, l, h, p), torch.randn(b, l, h), -torch.rand(h), torch.randn(b, l, g, n),
-              torch.randn(b, l, g, n), torch.randn(h), torch.randn(h), torch.randn(b, h, p, n)]
+    inputs = [
+        torch.randn(b, l, h, p),
+        torch.randn(b, l, h),
+        -torch.rand(h),
+        torch.randn(b, l, g, n),
+        torch.randn(b, l, g, n),
+        torch.randn(h),
+        torch.randn(h),
+        torch.randn(b, h, p, n),
+    ]
     dy, dfinal = torch.randn(b, l, h, p), torch.randn(b, h, p, n)
     x, dt, A, B, C, D, bias, init = inputs
     grads = cutile_function.ssd_bwd(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init)

@@ -14,8 +14,14 @@ from tests.helpers import write_corpus
 
 
 def build(tmp_path, corpus, **kw):
-    args = dict(corpus=str(corpus), vocab_size=300, seq_len=32, batch_size=4, val_fraction=0.25,
-                cache_dir=str(tmp_path / "cache"))
+    args = dict(
+        corpus=str(corpus),
+        vocab_size=300,
+        seq_len=32,
+        batch_size=4,
+        val_fraction=0.25,
+        cache_dir=str(tmp_path / "cache"),
+    )
     dm = TextDataModule(**{**args, **kw})
     dm.prepare_data()
     dm.setup("fit")

@@ -120,7 +120,15 @@ def test_no_nan_gradients_when_length_is_not_a_multiple_of_the_chunk():
     t = inputs(2, 70, 4, 8, 2, 8, seed=2, dtype=torch.float32)
     leaves = {k: v.clone().requires_grad_(True) for k, v in t.items() if v is not None}
     y, s = reference.ssd_chunked(
-        leaves["x"], leaves["dt"], leaves["A"], leaves["B"], leaves["C"], 64, leaves["D"], leaves["dt_bias"], True,
+        leaves["x"],
+        leaves["dt"],
+        leaves["A"],
+        leaves["B"],
+        leaves["C"],
+        64,
+        leaves["D"],
+        leaves["dt_bias"],
+        True,
         leaves["initial_states"],
     )
     (y.square().sum() + s.sum()).backward()
