@@ -86,7 +86,7 @@ def test_missing_path_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="does-not-exist"):
         build(tmp_path, tmp_path / "does-not-exist")
     (tmp_path / "empty_dir").mkdir()
-    with pytest.raises(FileNotFoundError, match="empty_dir.*holds no"):
+    with pytest.raises(FileNotFoundError, match=r"empty_dir.*holds no"):
         build(tmp_path, tmp_path / "empty_dir")
 
 
@@ -95,7 +95,7 @@ def test_empty_corpus_is_named(tmp_path):
     d.mkdir()
     for i in range(3):
         (d / f"{i}.txt").write_text("  \n\n ")
-    with pytest.raises(ValueError, match="blank.*is empty"):
+    with pytest.raises(ValueError, match=r"blank.*is empty"):
         build(tmp_path, d)
 
 

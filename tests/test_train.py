@@ -118,5 +118,5 @@ def test_generate_from_checkpoint(finished_run):
 def test_generate_cli_prints_text(finished_run, capsys):
     generate.main([str(finished_run / "checkpoints" / "last.ckpt"), "--prompt", "def ", "--max_new_tokens", "5"])
     assert capsys.readouterr().out.startswith("def ")
-    with pytest.raises(FileNotFoundError, match="missing.ckpt"):
+    with pytest.raises(FileNotFoundError, match=r"missing\.ckpt"):
         generate.main([str(finished_run / "missing.ckpt")])
