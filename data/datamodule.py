@@ -57,6 +57,17 @@ class ResumableSampler(DistributedSampler):
         return self.per_epoch
 
 
+class ResumableLoader(DataLoader):
+    """A DataLoader that tells Lightning it resumes mid-epoch: its ResumableSampler continues from the
+    restored global step, so the saved state only records where that was."""
+
+    def state_dict(self) -> dict:
+        return {"consumed_samples": self.sampler.consumed()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Nothing to restore: the sampler reads the restored global step when iteration starts."""
+
+
 class TextDataModule(L.LightningDataModule):
     def __init__(
         self,
@@ -179,7 +190,7 @@ class TextDataModule(L.LightningDataModule):
         world = trainer.world_size if trainer is not None else 1
         rank = trainer.global_rank if trainer is not None else 0
         sampler = ResumableSampler(self.train_set, world, rank, self.seed, self.batch_size, self._consumed)
-        return DataLoader(
+        return ResumableLoader(
             self.train_set,
             batch_size=self.batch_size,
             sampler=sampler,
