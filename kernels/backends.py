@@ -60,10 +60,10 @@ def unavailable_reason(name: str, device: torch.device | str) -> str | None:
     spec = _SPECS[name]
     device = torch.device(device)
     if spec.needs_cuda:
+        if not torch.cuda.is_available():
+            return f"the {name} backend needs a CUDA GPU and torch sees none on this machine"
         if device.type != "cuda":
             return f"the {name} backend runs on a CUDA GPU, and the inputs are on {device.type}"
-        if not torch.cuda.is_available():
-            return f"the {name} backend needs a CUDA GPU and torch sees none"
         if name == "cutile" and torch.cuda.get_device_capability(device) < (8, 0):
             return f"cuTile needs compute capability 8.0 or newer; {torch.cuda.get_device_name(device)} is older"
     err = _import_error(name)

@@ -170,12 +170,7 @@ def main(argv: list[str] | None = None) -> int:
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tuning.set_autotune(args.autotune)
-    backends, skipped = [], {}
-    for b in args.backends.split(","):
-        reason = kernels.unavailable_reason(b, device)
-        (skipped.__setitem__(b, reason) if reason else backends.append(b))
-        if reason:
-            print(f"skipping backend {b}: {reason}", flush=True)
+    backends, skipped = benchlib.available_backends(args.backends, device)
     if not backends:
         print("no backend can run here", file=sys.stderr)
         return 2

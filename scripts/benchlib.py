@@ -26,7 +26,7 @@ from lightning_modules.environment import environment  # noqa: E402
 # As in train.py: float32 matmuls (the reference SSD, the cutile backward) may use TF32.
 torch.set_float32_matmul_precision("high")
 
-__all__ = ["ceilings", "environment", "gpu_kernel_ms", "summarize", "wall_ms", "write_json"]
+__all__ = ["available_backends", "ceilings", "environment", "gpu_kernel_ms", "summarize", "wall_ms", "write_json"]
 
 
 def summarize(samples: list[float]) -> dict[str, float]:
@@ -91,6 +91,21 @@ def ceilings() -> dict[str, float]:
     b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     mm = min(wall_ms(lambda: a @ b, 10) for _ in range(3))
     return {"copy_GBps": 2 * n / ms / 1e6, "bf16_matmul_TFLOPs": 2 * 8192**3 / mm / 1e9}
+
+
+def available_backends(names: str, device: str) -> tuple[list[str], dict[str, str]]:
+    """Split comma-separated backend names into (those that run on `device`, {skipped: why}), saying why."""
+    import kernels
+
+    ok, skipped = [], {}
+    for name in names.split(","):
+        reason = kernels.unavailable_reason(name, device)
+        if reason is None:
+            ok.append(name)
+        else:
+            skipped[name] = reason
+            print(f"skipping backend {name}: {reason}", flush=True)
+    return ok, skipped
 
 
 def write_json(path: str | Path, payload: dict[str, Any]) -> Path:

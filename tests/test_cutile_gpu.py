@@ -70,6 +70,12 @@ def run(inputs, chunk, backend, **kw):
     )
 
 
+def oracle(inputs):
+    """The float64 recurrence on the same (rounded) inputs."""
+    keys = ("x", "dt", "A", "B", "C", "D", "dt_bias")
+    return ssd_recurrent(*(inputs[k] for k in keys), True, inputs["initial_states"])
+
+
 # 3 dtypes x 3 chunk sizes x 2 head dims x 2 state dims = 36, plus 12 edge shapes below: 48 configurations.
 GRID = [
     (dtype, chunk, p, n)
@@ -101,17 +107,7 @@ def test_grid_vs_oracle_and_reference(dtype, chunk, p, n):
     y, state = run(inputs, chunk, "cutile")
     assert y.dtype == dtype and y.shape == (b, l, h, p)
     assert state.dtype == torch.float32 and state.shape == (b, h, p, n)
-    y64, s64 = ssd_recurrent(
-        inputs["x"],
-        inputs["dt"],
-        inputs["A"],
-        inputs["B"],
-        inputs["C"],
-        inputs["D"],
-        inputs["dt_bias"],
-        True,
-        inputs["initial_states"],
-    )
+    y64, s64 = oracle(inputs)
     y_ref, s_ref = run(inputs, chunk, "torch")
     tol = TOL[dtype]
     assert rel_err(y, y64) < tol
@@ -125,17 +121,7 @@ def test_grid_vs_oracle_and_reference(dtype, chunk, p, n):
 def test_edge_shapes_vs_oracle(b, l, h, p, g, n, chunk, init, dtype):
     inputs = make_inputs(b, l, h, p, g, n, dtype, seed=l * 31 + n, init=init, D=bool(l % 2), dt_bias=bool(l % 3))
     y, state = run(inputs, chunk, "cutile")
-    y64, s64 = ssd_recurrent(
-        inputs["x"],
-        inputs["dt"],
-        inputs["A"],
-        inputs["B"],
-        inputs["C"],
-        inputs["D"],
-        inputs["dt_bias"],
-        True,
-        inputs["initial_states"],
-    )
+    y64, s64 = oracle(inputs)
     assert rel_err(y, y64) < TOL[dtype]
     assert rel_err(state, s64) < TOL[dtype]
 
