@@ -76,7 +76,7 @@ def oracle(inputs):
     return ssd_recurrent(*(inputs[k] for k in keys), True, inputs["initial_states"])
 
 
-# 3 dtypes x 3 chunk sizes x 2 head dims x 2 state dims = 36, plus 12 edge shapes below: 48 configurations.
+# 3 dtypes x 3 chunk sizes x 2 head dims x 2 state dims = 36, plus 12 edge shapes x 2 dtypes below: 60 configurations.
 GRID = [
     (dtype, chunk, p, n)
     for dtype, chunk, p, n in itertools.product(
