@@ -111,8 +111,8 @@ class LanguageModel(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         loss = self.val_loss.compute()
         self.val_loss.reset()
-        self.log("val/loss", loss, prog_bar=True, sync_dist=False)
-        self.log("val/ppl", torch.exp(loss))
+        self.log("val/loss", loss, prog_bar=True, sync_dist=True)
+        self.log("val/ppl", torch.exp(loss), sync_dist=True)
 
     # -- optimizer ----------------------------------------------------------------------------------
     def configure_optimizers(self):
