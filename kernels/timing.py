@@ -16,7 +16,9 @@ import torch
 from torch import Tensor
 
 
-class _Mark:
+class Mark:
+    """A point in time on `device`: an event on its current stream (CUDA) or a wall-clock reading (CPU)."""
+
     def __init__(self, device: torch.device):
         if device.type == "cuda":
             self.event = torch.cuda.Event(enable_timing=True)
@@ -26,10 +28,16 @@ class _Mark:
             self.event = None
             self.wall = time.perf_counter()
 
-    def ms_until(self, later: _Mark) -> float:
+    def ms_until(self, later: Mark) -> float:
+        """Milliseconds from this mark to `later`; on CUDA, after `later` has completed."""
         if self.event is not None:
             return self.event.elapsed_time(later.event)
         return (later.wall - self.wall) * 1e3
+
+    def synchronize(self) -> None:
+        """Wait until the GPU reaches this mark (nothing to wait for on the CPU)."""
+        if self.event is not None:
+            self.event.synchronize()
 
 
 class SSDTimer:
@@ -37,8 +45,8 @@ class SSDTimer:
 
     def __init__(self) -> None:
         self.enabled = False
-        self.forward: list[tuple[_Mark, _Mark]] = []
-        self.backward: list[list[_Mark]] = []
+        self.forward: list[tuple[Mark, Mark]] = []
+        self.backward: list[list[Mark]] = []
 
     def reset(self) -> None:
         self.forward.clear()
@@ -64,7 +72,7 @@ class _BackwardMark(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        ctx.marks.append(_Mark(ctx.device))
+        ctx.marks.append(Mark(ctx.device))
         return (None, None, *grads)
 
 
@@ -78,13 +86,13 @@ def timed(
     inputs = (x, dt, B, C)
     track_backward = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
     if track_backward:
-        marks: list[_Mark] = []
+        marks: list[Mark] = []
         ssd_timer.backward.append(marks)
         # Created first, so autograd reaches it last: the end of the SSD's backward.
         inputs = _BackwardMark.apply(marks, device, *inputs)
-    start = _Mark(device)
+    start = Mark(device)
     y, state = run(*inputs)
-    ssd_timer.forward.append((start, _Mark(device)))
+    ssd_timer.forward.append((start, Mark(device)))
     if track_backward:
         # Created last, so autograd reaches it first: the start of the SSD's backward.
         (y,) = _BackwardMark.apply(marks, device, y)

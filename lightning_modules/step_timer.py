@@ -26,24 +26,9 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 import kernels
+from kernels.timing import Mark
 from lightning_modules.environment import environment
 from lightning_modules.flops import peak_tflops, train_flops_per_token
-
-
-class _Clock:
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        self.device = device
-
-    def mark(self):
-        if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record(torch.cuda.current_stream(self.device))
-            return event
-        return time.perf_counter()
-
-    def ms(self, a, b) -> float:
-        return a.elapsed_time(b) if self.cuda else (b - a) * 1e3
 
 
 class StepTimer(Callback):
@@ -59,10 +44,9 @@ class StepTimer(Callback):
         self.peak = peak_tflops
         self.steps: list[dict[str, float]] = []
         self.warmup_s = 0.0
-        self._marks: dict[str, object] = {}
+        self._marks: dict[str, Mark] = {}
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.clock = _Clock(pl_module.device)
         if self.peak is None and pl_module.device.type == "cuda":
             self.peak = peak_tflops(torch.cuda.get_device_name(pl_module.device))
         self.flops_per_token = train_flops_per_token(pl_module.config)
@@ -90,37 +74,36 @@ class StepTimer(Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         kernels.ssd_timer.reset()
-        if self.clock.cuda:
+        if pl_module.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(pl_module.device)
         self._wall = time.perf_counter()
-        self._marks = {"start": self.clock.mark()}
+        self._marks = {"start": Mark(pl_module.device)}
 
     def on_before_backward(self, trainer, pl_module, loss) -> None:
-        self._marks["forward"] = self.clock.mark()
+        self._marks["forward"] = Mark(pl_module.device)
 
     def on_after_backward(self, trainer, pl_module) -> None:
-        self._marks["backward"] = self.clock.mark()
+        self._marks["backward"] = Mark(pl_module.device)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         m = self._marks
-        m["end"] = self.clock.mark()
-        if self.clock.cuda:
-            m["end"].synchronize()
+        m["end"] = Mark(pl_module.device)
+        m["end"].synchronize()
         if "forward" not in m or "backward" not in m:
             return  # a skipped step (no loss returned)
         ssd_fwd, ssd_bwd = kernels.ssd_timer.totals_ms()
-        step_ms = self.clock.ms(m["start"], m["end"])
+        step_ms = m["start"].ms_until(m["end"])
         tokens = batch["input_ids"][:, 1:].numel() * trainer.world_size
         record = {
             "time/step_ms": step_ms,
-            "time/forward_ms": self.clock.ms(m["start"], m["forward"]),
-            "time/backward_ms": self.clock.ms(m["forward"], m["backward"]),
-            "time/optimizer_ms": self.clock.ms(m["backward"], m["end"]),
+            "time/forward_ms": m["start"].ms_until(m["forward"]),
+            "time/backward_ms": m["forward"].ms_until(m["backward"]),
+            "time/optimizer_ms": m["backward"].ms_until(m["end"]),
             "time/ssd_forward_ms": ssd_fwd,
             "time/ssd_backward_ms": ssd_bwd,
             "throughput/tokens_per_s": tokens / (step_ms / 1e3),
         }
-        if self.clock.cuda:
+        if pl_module.device.type == "cuda":
             record["memory/peak_gib"] = torch.cuda.max_memory_allocated(pl_module.device) / 2**30
         if self.peak:
             achieved = self.flops_per_token * record["throughput/tokens_per_s"]

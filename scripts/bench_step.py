@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import kernels
 from kernels.cutile import tuning
+from kernels.timing import Mark
 from lightning_modules.flops import peak_tflops, ssd_flops_per_token, train_flops_per_token
 from lightning_modules.mamba2 import Mamba2Config, Mamba2LM
 from scripts import benchlib
@@ -56,39 +57,28 @@ class Runner:
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
 
-    def _mark(self):
-        if self.cuda:
-            e = torch.cuda.Event(enable_timing=True)
-            e.record()
-            return e
-        return time.perf_counter()
-
-    def _ms(self, a, b) -> float:
-        return a.elapsed_time(b) if self.cuda else (b - a) * 1e3
-
     def step(self, tokens: torch.Tensor) -> dict[str, float]:
         kernels.ssd_timer.reset()
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
-        t0 = self._mark()
+        t0 = Mark(self.device)
         self.opt.zero_grad(set_to_none=True)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cuda):
             logits = self.forward(tokens[:, :-1])
             loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
-        t1 = self._mark()
+        t1 = Mark(self.device)
         loss.backward()
-        t2 = self._mark()
+        t2 = Mark(self.device)
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.opt.step()
-        t3 = self._mark()
-        if self.cuda:
-            t3.synchronize()
+        t3 = Mark(self.device)
+        t3.synchronize()
         ssd_fwd, ssd_bwd = kernels.ssd_timer.totals_ms()
         out = {
-            "step_ms": self._ms(t0, t3),
-            "forward_ms": self._ms(t0, t1),
-            "backward_ms": self._ms(t1, t2),
-            "optimizer_ms": self._ms(t2, t3),
+            "step_ms": t0.ms_until(t3),
+            "forward_ms": t0.ms_until(t1),
+            "backward_ms": t1.ms_until(t2),
+            "optimizer_ms": t2.ms_until(t3),
             "ssd_forward_ms": ssd_fwd,
             "ssd_backward_ms": ssd_bwd,
             "loss": float(loss),
