@@ -6,13 +6,12 @@ import math
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
 from torchmetrics import MeanMetric
 
 import kernels
 from kernels.cutile import tuning
-from lightning_modules.mamba2 import Mamba2Config, Mamba2LM
+from lightning_modules.mamba2 import Mamba2Config, Mamba2LM, next_token_loss
 
 
 class LanguageModel(L.LightningModule):
@@ -89,9 +88,7 @@ class LanguageModel(L.LightningModule):
 
     # -- steps --------------------------------------------------------------------------------------
     def _loss(self, batch: dict) -> torch.Tensor:
-        ids = batch["input_ids"].long()
-        logits = self._forward(ids[:, :-1])
-        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+        return next_token_loss(self._forward, batch["input_ids"])
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         loss = self._loss(batch)

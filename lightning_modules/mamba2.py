@@ -14,6 +14,7 @@ Mamba2Block (Dao & Gu, 2024):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -193,3 +194,13 @@ class Mamba2LM(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def next_token_loss(forward: Callable[[Tensor], Tensor], tokens: Tensor) -> Tensor:
+    """Mean cross-entropy of predicting tokens[:, 1:] from tokens[:, :-1]; tokens (b, l + 1) -> scalar.
+
+    `forward` maps (b, l) token ids to (b, l, vocab) logits: the model, or the model under torch.compile.
+    """
+    tokens = tokens.long()
+    logits = forward(tokens[:, :-1])
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -28,7 +27,7 @@ import kernels
 from kernels.cutile import tuning
 from kernels.timing import Mark
 from lightning_modules.flops import peak_tflops, ssd_flops_per_token, train_flops_per_token
-from lightning_modules.mamba2 import Mamba2Config, Mamba2LM
+from lightning_modules.mamba2 import Mamba2Config, Mamba2LM, next_token_loss
 from scripts import benchlib
 
 SIZES = {  # name: (d_model, n_layer); headdim 64, d_state 128, chunk 128, expand 2, vocab 16384
@@ -64,8 +63,7 @@ class Runner:
         t0 = Mark(self.device)
         self.opt.zero_grad(set_to_none=True)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cuda):
-            logits = self.forward(tokens[:, :-1])
-            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+            loss = next_token_loss(self.forward, tokens)
         t1 = Mark(self.device)
         loss.backward()
         t2 = Mark(self.device)
