@@ -101,3 +101,25 @@ def test_backward_op_equals_reference_autograd():
         assert got.is_contiguous()
     absent = cutile_function.ssd_bwd(dy, dfinal, x, dt, A, B, C, 16, None, None, True, None)
     assert absent[5].numel() == absent[6].numel() == absent[7].numel() == 0
+
+
+def test_tuning_choice_is_decided_once_per_shape(tmp_path, monkeypatch):
+    """The launch path looks a tuned configuration up once; later calls touch neither the GPU nor the disk."""
+    from kernels.cutile import tuning
+    from kernels.cutile.compute_out import OutConfig
+
+    lookups = []
+    monkeypatch.setattr(tuning, "_gpu_key", lambda device: lookups.append(device) or "TestGPU|cuda-tile-x")
+    tuning.set_cache_path(tmp_path / "tuning.json")
+    try:
+        (tmp_path / "tuning.json").write_text(
+            '{"compute_out|s1|TestGPU|cuda-tile-x": {"config": {"TILE_T": 128, "TILE_P": 32, "latency": 4, '
+            '"occupancy": 1}}}'
+        )
+        never = lambda: pytest.fail("no search when tuning is off")
+        for _ in range(3):
+            assert tuning.choose("compute_out", "s1", OutConfig(), never, "cuda:0", None) == OutConfig(128, 32, 4, 1)
+            assert tuning.choose("compute_out", "s2", OutConfig(), never, "cuda:0", None) == OutConfig()
+        assert len(lookups) == 2  # one per shape
+    finally:
+        tuning.set_cache_path(None)

@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 
+import cuda.tile as ct
 import torch
 
 from kernels.cutile import chunk_cumsum, compute_out, fwd_pass_state, tuning
@@ -83,8 +84,7 @@ def check_inputs(
     initial_states: torch.Tensor | None,
 ) -> None:
     """Raise ValueError for inputs the kernels cannot take as they are (shapes are checked by kernels.ssd)."""
-    tensors = {"x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "dt_bias": dt_bias}
-    tensors["initial_states"] = initial_states
+    tensors = {"x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "dt_bias": dt_bias, "initial_states": initial_states}
     for name, t in tensors.items():
         if t is None:
             continue
@@ -151,13 +151,13 @@ def ssd_forward(
             (
                 "chunk_cumsum",
                 chunk_cumsum.CumsumConfig(),
-                chunk_cumsum.search_space(h),
+                lambda: chunk_cumsum.search_space(h),
                 lambda cfg: chunk_cumsum.spec(cfg, dt, A32, bias32, dt_softplus, dt_out, dA_cumsum, chunk_size),
             ),
             (
                 "fwd_pass_state",
                 fwd_pass_state.StateConfig(),
-                fwd_pass_state.search_space(p, n),
+                lambda: fwd_pass_state.search_space(p, n),
                 lambda cfg: fwd_pass_state.spec(
                     cfg, x, B, dt_out, dA_cumsum, init32, chunk_states, final_state, chunk_size
                 ),
@@ -165,12 +165,10 @@ def ssd_forward(
             (
                 "compute_out",
                 compute_out.OutConfig(),
-                compute_out.search_space(chunk_size, p),
+                lambda: compute_out.search_space(chunk_size, p),
                 lambda cfg: compute_out.spec(cfg, x, B, C, dt_out, dA_cumsum, chunk_states, D32, y, chunk_size),
             ),
         )
-        import cuda.tile as ct
-
         for name, default, space, spec in stages:
             cfg = tuning.choose(name, shape_key, default, space, dev, spec)
             grid, kernel, args = spec(cfg)

@@ -25,7 +25,7 @@ import torch
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_state: dict[str, Any] = {"autotune": False, "path": None, "memory": None}
+_state: dict[str, Any] = {"autotune": False, "path": None, "memory": None, "chosen": {}}
 
 
 def cache_path() -> Path:
@@ -39,6 +39,7 @@ def cache_path() -> Path:
 def set_cache_path(path: str | os.PathLike | None) -> None:
     _state["path"] = None if path is None else Path(path)
     _state["memory"] = None
+    _state["chosen"] = {}
 
 
 def set_autotune(enabled: bool) -> None:
@@ -88,30 +89,42 @@ def choose(
     kernel_name: str,
     shape_key: str,
     default: T,
-    space: Sequence[T],
+    space: Callable[[], Sequence[T]],
     device: torch.device,
     spec: Callable[[T], tuple[tuple[int, ...], Any, tuple]],
 ) -> T:
     """The configuration to launch `kernel_name` with for this shape.
 
+    Decided once per (kernel, shape, device, tuning on/off) in a process; later calls are a dict lookup.
+
     Args:
         default: used when tuning is off and nothing is cached.
-        space: candidates for exhaustive_search.
+        space: builds the candidates for exhaustive_search (called only when tuning runs).
         spec: config -> (grid, kernel, args), the launch that tuning times.
     """
+    memo_key = (kernel_name, shape_key, str(device), _state["autotune"])
+    chosen = _state["chosen"].get(memo_key)
+    if chosen is None:
+        chosen = _state["chosen"][memo_key] = _decide(kernel_name, shape_key, default, space, device, spec)
+    return chosen
+
+
+def _decide(kernel_name, shape_key, default, space, device, spec):
     key = f"{kernel_name}|{shape_key}|{_gpu_key(device)}"
     cached = _load().get(key)
-    cls = type(default)
     if cached is not None:
-        return cls(**cached["config"])
-    if not _state["autotune"] or len(space) <= 1:
+        return type(default)(**cached["config"])
+    candidates = list(space()) if _state["autotune"] else []
+    if len(candidates) <= 1:
         return default
     from cuda.tile.tune import exhaustive_search
 
     start = time.perf_counter()
-    log.warning("cuTile: tuning %s for %s over %d configurations (once per shape)", kernel_name, shape_key, len(space))
+    log.warning(
+        "cuTile: tuning %s for %s over %d configurations (once per shape)", kernel_name, shape_key, len(candidates)
+    )
     result = exhaustive_search(
-        list(space),
+        candidates,
         torch.cuda.current_stream(device),
         grid_fn=lambda cfg: spec(cfg)[0],
         kernel=lambda cfg: spec(cfg)[1],
