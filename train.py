@@ -83,10 +83,7 @@ class TrainCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs):
         trainer_cfg = self._get(self.config_init, "trainer")
         if trainer_cfg.get("logger") in (None, True):
-            logging_cfg = self.config_init.logging
-            if not isinstance(logging_cfg, LoggingConfig):
-                logging_cfg = LoggingConfig(**dict(logging_cfg))
-            kwargs["logger"] = make_loggers(logging_cfg, trainer_cfg["default_root_dir"])
+            kwargs["logger"] = make_loggers(self.config_init.logging, trainer_cfg["default_root_dir"])
         return super().instantiate_trainer(**kwargs)
 
 

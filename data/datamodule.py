@@ -136,12 +136,12 @@ class TextDataModule(L.LightningDataModule):
             train_tokenizer((t for batch in batches for t in batch), self.vocab_size, path)
         return path
 
-    def _blocks(self, split: datasets.Dataset, name: str, tokenizer: Path) -> datasets.Dataset:
+    def _blocks(self, split: datasets.Dataset, name: str, tokenizer: Path, digest: str) -> datasets.Dataset:
         encoded = split.map(
             encode_batch,
             batched=True,
             remove_columns=["text"],
-            fn_kwargs={"tokenizer_path": str(tokenizer), "tokenizer_digest": file_digest(tokenizer)},
+            fn_kwargs={"tokenizer_path": str(tokenizer), "tokenizer_digest": digest},
             features=datasets.Features({"ids": datasets.Sequence(datasets.Value("int32"))}),
             desc=f"tokenizing {name}",
         )
@@ -165,8 +165,9 @@ class TextDataModule(L.LightningDataModule):
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
         splits = self._splits()
         self.tokenizer_path = self._tokenizer(splits["train"])
-        self.train_set = self._blocks(splits["train"], "train", self.tokenizer_path)
-        self.val_set = self._blocks(splits["test"], "val", self.tokenizer_path)
+        digest = file_digest(self.tokenizer_path)
+        self.train_set = self._blocks(splits["train"], "train", self.tokenizer_path, digest)
+        self.val_set = self._blocks(splits["test"], "val", self.tokenizer_path, digest)
 
     def prepare_data(self) -> None:
         self._build()

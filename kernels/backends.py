@@ -33,7 +33,7 @@ class Backend:
 
 _SPECS = {
     "torch": Backend("torch", "kernels.reference", "ssd_chunked", "", needs_cuda=False),
-    "cutile": Backend("cutile", "kernels.cutile.function", "ssd_cutile", "pip install 'cuda-tile[tileiras]'", True),
+    "cutile": Backend("cutile", "kernels.cutile.function", "ssd_fwd", "pip install 'cuda-tile[tileiras]'", True),
     "triton": Backend(
         "triton", "kernels.triton_backend", "ssd_triton", "install mamba_ssm 2.3.2.post1 and triton", True
     ),
@@ -80,7 +80,7 @@ def _resolve(name: str, device_type: str, device_index: int | None) -> str:
         chosen = "cutile" if reason is None else "torch"
         why = "cuTile kernels on the GPU" if reason is None else f"pure PyTorch, because {reason}"
         log.warning("SSD backend auto -> %s (%s)", chosen, why)
-        unavailable_reason(chosen, device)
+        _import_error(chosen)
         return chosen
     reason = unavailable_reason(name, device)
     if reason is not None:

@@ -16,6 +16,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from lightning_modules.flops import PEAK_BF16_TFLOPS  # noqa: E402
+
 HEADLINE_START, HEADLINE_END = "<!-- headline:start -->", "<!-- headline:end -->"
 
 
@@ -164,7 +169,8 @@ def step_section(step: dict) -> str:
         "gradient clipping; same initial weights and batches for every backend; backends alternate step by step "
         f"after {step['settings']['warmup']} warm-up steps (timed apart, *warm-up s*: compilation, autotuning); "
         f"medians of {step['settings']['steps']} steps. SSD fwd/bwd: time inside `kernels.ssd` within the step. "
-        "MFU: analytic FLOPs per token (lightning_modules/flops.py) over the H200's 989.5 TFLOP/s dense bf16.",
+        "MFU: analytic FLOPs per token (lightning_modules/flops.py) over the GPU's dense bf16 peak "
+        f"({PEAK_BF16_TFLOPS['H200']} TFLOP/s for the H200).",
         "",
         _table(header, rows),
     ]

@@ -4,7 +4,7 @@ Forward: the three cuTile kernels (`kernels.cutile.forward.ssd_forward`); only t
 Backward: recompute the forward through the reference SSD (`kernels.reference.ssd_chunked`) under
 autograd and differentiate it, giving gradients for x, dt, A, B, C, D, dt_bias and initial_states.
 
-Both directions are `torch.library.custom_op`s with fake implementations and an autograd
+`ssd_fwd` is the cutile backend of `kernels.ssd`. Both directions are `torch.library.custom_op`s with fake implementations and an autograd
 registration, so `torch.compile(model, fullgraph=True)` traces through them as single nodes.
 """
 
@@ -124,19 +124,3 @@ def _backward(ctx, dy: Tensor, dfinal: Tensor | None):
 
 
 torch.library.register_autograd("mamba2_cutile::ssd_fwd", _backward, setup_context=_setup_context)
-
-
-def ssd_cutile(
-    x: Tensor,
-    dt: Tensor,
-    A: Tensor,
-    B: Tensor,
-    C: Tensor,
-    chunk_size: int,
-    D: Tensor | None = None,
-    dt_bias: Tensor | None = None,
-    dt_softplus: bool = False,
-    initial_states: Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
-    """The cutile backend of `kernels.ssd`: cuTile forward, reference backward."""
-    return ssd_fwd(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states)
