@@ -1,27 +1,99 @@
-"""Turn the benchmark JSON into BENCHMARKS.md tables, PNG plots, and README's headline table.
+"""Render the benchmark JSON into BENCHMARKS.md, PNG plots, reconciliation.json and README's headline.
 
-    python scripts/report.py --kernels results/kernels_h200.json --step results/step_h200.json
+    python scripts/report.py                                   # results/*.json -> BENCHMARKS.md, README.md
+    python scripts/report.py --results DIR --out DIR --kernels NAME --step NAME
 
-Every number in BENCHMARKS.md and in README's headline block comes from the JSON files; rerun this
-after rerunning the benchmarks. The Amdahl reconciliation: with s the SSD's share of the Triton
-step and k an SSD speedup of cutile over Triton, the predicted step speedup is 1 / ((1 - s) + s / k).
+A benchmark is a series of runs, DIR/NAME.json and DIR/NAME_run<N>.json, each written by one process of
+scripts/bench_kernels.py or scripts/bench_step.py with the same settings. A figure is the median across
+runs of each run's own figure, with [min–max] when there are several. "X over triton" is triton's time
+over X's (above 1: X is faster), taken within each run, where the backends alternate, before pooling.
+Backends, shapes, modes and captions are read from the JSON; plots and reconciliation.json are written
+beside it, BENCHMARKS.md into --out, and README.md's headline block there is refreshed when present.
+This script states no conclusions: they live in results/notes.md, dated, naming the files they rest on.
+
+Amdahl: with s the SSD's share of the baseline's step and k the SSD speedup of X over the baseline, the
+predicted step speedup is 1 / ((1 - s) + s / k).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
-import sys
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from lightning_modules.flops import PEAK_BF16_TFLOPS  # noqa: E402
-
 HEADLINE_START, HEADLINE_END = "<!-- headline:start -->", "<!-- headline:end -->"
+MODE_NAMES = {"fwd": "forward", "fwd_bwd": "forward + backward"}
+SHAPE_NAMES = {
+    "seqlen": "L",
+    "dstate": "n",
+    "nheads": "heads",
+    "headdim": "head dim",
+    "ngroups": "groups",
+    "chunk_size": "chunk",
+}
+# Kernel shape field -> step record config field describing the same SSD problem dimension.
+SHAPE_IN_CONFIG = {"dstate": "d_state", "headdim": "headdim", "chunk_size": "chunk_size", "ngroups": "ngroups"}
+PEAK = "peak_bf16_tflops"  # the dense bf16 peak MFU is taken over, where the step JSON records it
+STEP_COLUMNS = {  # record["median"] field -> column
+    "step_ms": "step ms",
+    "forward_ms": "fwd",
+    "backward_ms": "bwd",
+    "optimizer_ms": "opt",
+    "ssd_forward_ms": "SSD fwd",
+    "ssd_backward_ms": "SSD bwd",
+    "peak_gib": "peak GiB",
+}
+
+
+@dataclass(frozen=True)
+class Stat:
+    """One figure across runs."""
+
+    median: float
+    min: float
+    max: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Iterable[float | None]) -> Stat | None:
+        """The median, min and max of the finite values; None when there are none."""
+        vs = [float(v) for v in values if v is not None and math.isfinite(v)]
+        return cls(statistics.median(vs), min(vs), max(vs), len(vs)) if vs else None
+
+    def cell(self, fmt: Callable[[float], str]) -> str:
+        return fmt(self.median) if self.n == 1 else f"{fmt(self.median)} [{fmt(self.min)}–{fmt(self.max)}]"
+
+
+def num(v: float) -> str:
+    return f"{v:,.3f}" if abs(v) < 10 else f"{v:,.1f}"
+
+
+def pct(v: float) -> str:
+    return f"{100 * v:.0f}%"
+
+
+def pct1(v: float) -> str:
+    return f"{100 * v:.1f}%"
+
+
+def times(v: float) -> str:
+    return f"{v:.2f}x"
+
+
+def cell(stat: Stat | None, fmt: Callable[[float], str] = num) -> str:
+    return "" if stat is None else stat.cell(fmt)
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, or None when either is missing, zero or not finite."""
+    ok = a is not None and b is not None and math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0
+    return a / b if ok else None
 
 
 def amdahl(share: float, speedup: float) -> float:
@@ -29,486 +101,515 @@ def amdahl(share: float, speedup: float) -> float:
     return 1.0 / ((1.0 - share) + share / speedup)
 
 
-def _table(header: list[str], rows: list[list]) -> str:
-    def fmt(v):
-        if isinstance(v, float):
-            return f"{v:,.3f}" if abs(v) < 10 else f"{v:,.1f}"
-        return str(v)
-
+def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
-def _env_line(env: dict) -> str:
-    keys = ("gpu", "driver", "cuda_runtime", "torch", "triton", "cuda_tile", "mamba_ssm", "date")
-    return ", ".join(f"{k} {env.get(k)}" for k in keys)
+def label(rec: dict) -> str:
+    """A record's backend as shown: its backend, and the backward it ran with when the record names one."""
+    return f"{rec['backend']} + {rec['backward']} backward" if rec.get("backward") else rec["backend"]
 
 
-def kernel_rows(kern: dict) -> dict[tuple, dict[str, dict]]:
-    """(mode, seqlen, dstate) -> backend -> record."""
-    out: dict[tuple, dict[str, dict]] = {}
-    for r in kern["records"]:
-        key = (r["mode"], r["shape"]["seqlen"], r["shape"]["dstate"])
-        out.setdefault(key, {})[r["backend"]] = r
-    return out
+def ordered(values: Iterable) -> list:
+    return list(dict.fromkeys(values))
 
 
-def kernel_section(kern: dict) -> tuple[str, list[dict]]:
-    rows = kernel_rows(kern)
-    ceil = kern.get("ceilings", {})
-    copy = ceil.get("copy_GBps")
-    table_rows, speedups = [], []
-    for (mode, seqlen, n), by in sorted(rows.items()):
-        cu, tr = by.get("cutile"), by.get("triton")
-        if not cu or not tr:
-            continue
-        sp_wall = tr["wall_ms"]["median"] / cu["wall_ms"]["median"]
-        sp_gpu = tr["gpu_ms"] / cu["gpu_ms"]
-        speedups.append({"mode": mode, "seqlen": seqlen, "dstate": n, "wall": sp_wall, "gpu": sp_gpu})
-        table_rows.append(
-            [
-                mode,
-                seqlen,
-                n,
-                cu["wall_ms"]["median"],
-                tr["wall_ms"]["median"],
-                sp_wall,
-                cu["gpu_ms"],
-                tr["gpu_ms"],
-                sp_gpu,
-                f"{cu['GBps_gpu']:,.0f} ({100 * cu['GBps_gpu'] / copy:.0f}%)" if copy and mode == "fwd" else "",
-                by["torch"]["wall_ms"]["median"] if "torch" in by else "",
-            ]
-        )
-    header = [
-        "pass",
-        "L",
-        "n",
-        "cutile wall ms",
-        "triton wall ms",
-        "speedup wall",
-        "cutile GPU ms",
-        "triton GPU ms",
-        "speedup GPU",
-        "cutile GB/s (of copy ceiling)",
-        "torch wall ms",
-    ]
-    text = [
-        "## The SSD alone (scripts/bench_kernels.py)",
-        "",
-        f"Environment: {_env_line(kern['environment'])}.",
-        f"Ceilings measured in the same run: device copy {ceil.get('copy_GBps', 0):,.0f} GB/s (read + write), "
-        f"bf16 matmul {ceil.get('bf16_matmul_TFLOPs', 0):,.0f} TFLOP/s.",
-        "Batch 4, 8 heads, head dim 64, chunk 128, bf16 x/B/C, fp32 dt and state; cuTile block sizes tuned per "
-        "shape (`--autotune`). *wall*: CUDA events around back-to-back calls, launch gaps included; *GPU*: sum of "
-        "kernel durations from torch.profiler. `fwd_bwd` for cutile is the cuTile forward plus the reference "
-        "backward (PyTorch ops), as the design prescribes. GB/s counts each input read once and y written once.",
-        "",
-        _table(header, table_rows),
-    ]
-    return "\n".join(text), speedups
+# ---- loading --------------------------------------------------------------------------------------------
 
 
-def step_records(step: dict) -> dict[tuple, dict[str, dict]]:
-    out: dict[tuple, dict[str, dict]] = {}
-    for r in step["records"]:
-        if "error" in r:
-            continue
-        out.setdefault((r["size"], r["seqlen"], r["mode"]), {})[r["backend"]] = r
-    return out
+def load_series(results: Path, name: str, kind: str) -> list[dict]:
+    """The runs of one benchmark: results/name.json and results/name_run<N>.json, checked to match.
+
+    Each run is its JSON with "file" added. Runs of one series must share settings (but "out") and GPU.
+    """
+    run_no = re.compile(re.escape(name) + r"(?:_run(\d+))?\.json")
+    found = [(m, p) for p in results.glob(f"{name}*.json") if (m := run_no.fullmatch(p.name))]
+    if not found:
+        raise SystemExit(f"report.py: no {results / name}.json nor {name}_run<N>.json; run the benchmark first")
+    runs = []
+    for _, path in sorted(found, key=lambda mp: int(mp[0][1] or 0)):
+        run = json.loads(path.read_text())
+        if run.get("kind") != kind:
+            raise SystemExit(f"report.py: {path} has kind {run.get('kind')!r}, expected {kind!r}")
+        runs.append({**run, "file": path})
+
+    def measured(run: dict) -> dict:
+        return {**{k: v for k, v in run["settings"].items() if k != "out"}, "gpu": run["environment"].get("gpu")}
+
+    first = measured(runs[0])
+    for run in runs[1:]:
+        diff = sorted(k for k in first.keys() | measured(run).keys() if first.get(k) != measured(run).get(k))
+        if diff:
+            raise SystemExit(f"report.py: {run['file']} differs from {runs[0]['file']} in {', '.join(diff)}")
+    return runs
 
 
-def step_section(step: dict) -> str:
+Pool = dict[tuple, dict[str, dict[str, Stat | None]]]
+
+
+def pool(runs: list[dict], key: Callable[[dict], tuple], figures: Callable[[dict, dict | None, dict], dict], base: str):
+    """key -> label -> figure -> Stat across runs. `figures(record, baseline record or None, run)` -> floats."""
+    per_run: dict[tuple, dict[str, list[dict]]] = {}
+    for run in runs:
+        index: dict[tuple, dict[str, dict]] = {}
+        for rec in run["records"]:
+            if "error" not in rec:
+                index.setdefault(key(rec), {})[label(rec)] = rec
+        for k, by in index.items():
+            for name, rec in by.items():
+                per_run.setdefault(k, {}).setdefault(name, []).append(figures(rec, by.get(base), run))
+    return {
+        k: {
+            name: {f: Stat.of(fs.get(f) for fs in figs) for f in ordered(f for fs in figs for f in fs)}
+            for name, figs in by.items()
+        }
+        for k, by in per_run.items()
+    }
+
+
+def record_labels(runs: list[dict]) -> list[str]:
+    return ordered(label(r) for run in runs for r in run["records"] if "error" not in r)
+
+
+# ---- the SSD alone --------------------------------------------------------------------------------------
+
+
+def shape_key(rec: dict) -> tuple:
+    return (rec["mode"], tuple(rec["shape"].items()))
+
+
+def kernel_figures(rec: dict, base: dict | None, run: dict) -> dict[str, float | None]:
+    wall, gpu = rec["wall_ms"]["median"], rec.get("gpu_ms")
+    other = base is not None and base is not rec
+    return {
+        "wall_ms": wall,
+        "gpu_ms": gpu,
+        "wall_over_base": ratio(base["wall_ms"]["median"], wall) if other else None,
+        "gpu_over_base": ratio(base.get("gpu_ms"), gpu) if other else None,
+        "GBps": rec.get("GBps_gpu") if rec["mode"] == "fwd" else None,
+        "copy_share": ratio(rec.get("GBps_gpu"), run.get("ceilings", {}).get("copy_GBps"))
+        if rec["mode"] == "fwd"
+        else None,
+        "launches": rec.get("kernels_per_call"),
+        "warmup_s": rec.get("warmup_s"),
+    }
+
+
+def varying(shapes: Iterable[dict]) -> tuple[list[str], dict]:
+    """(fields whose value differs between shapes, {field: value} of those that do not)."""
+    shapes = list(shapes)
+    values = {k: {repr(s.get(k)): s.get(k) for s in shapes} for k in ordered(k for s in shapes for k in s)}
+    return [k for k, v in values.items() if len(v) > 1], {
+        k: next(iter(v.values())) for k, v in values.items() if len(v) == 1
+    }
+
+
+def shape_text(shape: dict, fields: Iterable[str]) -> str:
+    return ", ".join(f"{SHAPE_NAMES.get(k, k)} {shape[k]}" if k != "dtype" else str(shape[k]) for k in fields)
+
+
+def kernel_keys(kpool: Pool) -> list[tuple]:
+    """Pass first (in the JSON's order), then shape."""
+    modes = ordered(k[0] for k in kpool)
+    return sorted(kpool, key=lambda k: (modes.index(k[0]), [v for _, v in k[1]]))
+
+
+def ceilings_text(runs: list[dict]) -> str:
+    copy = Stat.of(r.get("ceilings", {}).get("copy_GBps") for r in runs)
+    mm = Stat.of(r.get("ceilings", {}).get("bf16_matmul_TFLOPs") for r in runs)
+    if not copy and not mm:
+        return "No ceilings measured (no GPU)."
+    return (
+        f"Ceilings measured in the same process: device copy {cell(copy, '{:,.0f}'.format)} GB/s (read + write), "
+        f"bf16 matmul {cell(mm, '{:,.0f}'.format)} TFLOP/s."
+    )
+
+
+def kernel_section(runs: list[dict], kpool: Pool, base: str) -> str:
+    fields, fixed = varying(dict(k[1]) for k in kpool)
+    header = ["pass", *(SHAPE_NAMES.get(f, f) for f in fields), "backend", "wall ms", "GPU ms"]
+    header += [f"wall: over {base}", f"GPU: over {base}", "GB/s (of copy ceiling)", "launches", "warm-up s"]
     rows = []
-    for (size, seqlen, mode), by in sorted(step_records(step).items()):
-        for backend, r in sorted(by.items()):
-            m = r["median"]
+    for key in kernel_keys(kpool):
+        shape = dict(key[1])
+        for name, f in kpool[key].items():
+            gbps = cell(f["GBps"], "{:,.0f}".format)
+            share = f" ({cell(f['copy_share'], pct)})" if gbps and f["copy_share"] else ""
             rows.append(
-                [
-                    f"{size} ({r['parameters'] / 1e6:.0f}M)",
-                    seqlen,
-                    r["batch"],
-                    mode,
-                    backend,
-                    m["step_ms"],
-                    m["forward_ms"],
-                    m["backward_ms"],
-                    m["optimizer_ms"],
-                    m["ssd_forward_ms"],
-                    m["ssd_backward_ms"],
-                    f"{r['tokens_per_s']:,.0f}",
-                    f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "",
-                    m.get("peak_gib", 0.0),
-                    r["warmup_s"],
-                ]
+                [key[0], *(str(shape[k]) for k in fields), name, cell(f["wall_ms"]), cell(f["gpu_ms"])]
+                + [cell(f["wall_over_base"]), cell(f["gpu_over_base"]), gbps + share]
+                + [cell(f["launches"], "{:.0f}".format), cell(f["warmup_s"])]
             )
-    header = [
-        "model",
-        "L",
-        "batch",
-        "mode",
-        "backend",
-        "step ms",
-        "fwd",
-        "bwd",
-        "opt",
-        "SSD fwd",
-        "SSD bwd",
-        "tokens/s",
-        "MFU",
-        "peak GiB",
-        "warm-up s",
-    ]
-    errors = [r for r in step["records"] if "error" in r]
-    text = [
-        "## The training step (scripts/bench_step.py)",
-        "",
-        f"Environment: {_env_line(step['environment'])}.",
-        "Mamba-2 LM, d_state 128, head dim 64, chunk 128, vocab 16384, 16384 tokens per step, AdamW, bf16 autocast, "
-        "gradient clipping; same initial weights and batches for every backend; backends alternate step by step "
-        f"after {step['settings']['warmup']} warm-up steps (timed apart, *warm-up s*: compilation, autotuning); "
-        f"medians of {step['settings']['steps']} steps. SSD fwd/bwd: time inside `kernels.ssd` within the step. "
-        "MFU: analytic FLOPs per token (lightning_modules/flops.py) over the GPU's dense bf16 peak "
-        f"({PEAK_BF16_TFLOPS['H200']} TFLOP/s for the H200).",
-        "",
-        _table(header, rows),
-    ]
-    if errors:
-        text += [
-            "",
-            "Not measured: " + "; ".join(f"{e['size']} L={e['seqlen']} {e['mode']}: {e['error']}" for e in errors),
-        ]
-    return "\n".join(text)
-
-
-def reconcile(kern: dict, step: dict) -> list[dict]:
-    """Amdahl predictions of the cutile/triton step speedup, from isolated and from in-step SSD times."""
-    krows = kernel_rows(kern)
-    out = []
-    for (size, seqlen, mode), by in sorted(step_records(step).items()):
-        cu, tr = by.get("cutile"), by.get("triton")
-        if not cu or not tr or mode != "eager":
-            continue
-        n = tr["config"]["d_state"]
-        tm, cm = tr["median"], cu["median"]
-        share = (tm["ssd_forward_ms"] + tm["ssd_backward_ms"]) / tm["step_ms"]
-        share_fwd = tm["ssd_forward_ms"] / tm["step_ms"]
-        iso_fb = krows.get(("fwd_bwd", seqlen, n), {})
-        iso_f = krows.get(("fwd", seqlen, n), {})
-        k_iso = iso_fb["triton"]["wall_ms"]["median"] / iso_fb["cutile"]["wall_ms"]["median"] if iso_fb else None
-        k_iso_fwd = iso_f["triton"]["wall_ms"]["median"] / iso_f["cutile"]["wall_ms"]["median"] if iso_f else None
-        k_in = (tm["ssd_forward_ms"] + tm["ssd_backward_ms"]) / (cm["ssd_forward_ms"] + cm["ssd_backward_ms"])
-        k_in_fwd = tm["ssd_forward_ms"] / cm["ssd_forward_ms"]
-        measured = tm["step_ms"] / cm["step_ms"]
-        out.append(
-            {
-                "size": size,
-                "parameters": tr["parameters"],
-                "seqlen": seqlen,
-                "ssd_share_triton": share,
-                "ssd_fwd_share_triton": share_fwd,
-                "k_isolated_fwd_bwd": k_iso,
-                "predicted_from_isolated": amdahl(share, k_iso) if k_iso else None,
-                "k_in_step": k_in,
-                "predicted_from_in_step": amdahl(share, k_in),
-                "measured": measured,
-                "k_isolated_fwd": k_iso_fwd,
-                "k_in_step_fwd": k_in_fwd,
-                "forward_only_prediction": amdahl(share_fwd, k_in_fwd),
-                "non_ssd_ms_cutile": cm["step_ms"] - cm["ssd_forward_ms"] - cm["ssd_backward_ms"],
-                "non_ssd_ms_triton": tm["step_ms"] - tm["ssd_forward_ms"] - tm["ssd_backward_ms"],
-            }
-        )
-    return out
-
-
-def reconcile_section(rec: list[dict]) -> str:
-    rows = [
-        [
-            r["size"],
-            r["seqlen"],
-            f"{100 * r['ssd_share_triton']:.0f}%",
-            r["k_isolated_fwd_bwd"] or "",
-            r["predicted_from_isolated"] or "",
-            r["k_in_step"],
-            r["predicted_from_in_step"],
-            r["measured"],
-            f"{100 * (r['measured'] / r['predicted_from_isolated'] - 1):+.0f}%" if r["predicted_from_isolated"] else "",
-            f"{100 * r['ssd_fwd_share_triton']:.0f}%",
-            r["k_in_step_fwd"],
-            r["forward_only_prediction"],
-        ]
-        for r in rec
-    ]
-    header = [
-        "model",
-        "L",
-        "SSD share (triton step)",
-        "k isolated fwd+bwd",
-        "predicted",
-        "k in step",
-        "predicted",
-        "measured",
-        "measured vs isolated prediction",
-        "SSD fwd share",
-        "k fwd in step",
-        "step speedup if only the forward changed",
-    ]
     return "\n".join(
         [
-            "## Isolated speedup vs step speedup (Amdahl)",
+            "## The SSD alone (scripts/bench_kernels.py)",
             "",
-            "Speedups are cutile over triton (above 1: cutile faster). s is the SSD's share of the Triton step; "
-            "*k isolated* comes from the SSD-alone benchmark at the same L and state size (wall clock, batch 4, 8 "
-            "heads), *k in step* from the SSD's own time inside the step; predicted = 1 / ((1 - s) + s / k). The last "
-            "column asks what the forward-only speedup the seed reports could give a training step at best: the "
-            "cutile forward with Triton's backward.",
+            *captions(runs),
+            ceilings_text(runs),
+            f"Every row: {shape_text(fixed, fixed)}.",
+            f"*wall*: CUDA events around back-to-back calls, launch gaps included; *GPU*: kernel time from "
+            f"torch.profiler; *over {base}*: {base}'s time over the row's; GB/s: each input read once and y written "
+            "once, over the GPU time; *launches*: kernels per call; *warm-up s*: the first call, timed apart.",
             "",
-            _table(header, rows),
+            table(header, rows),
         ]
     )
 
 
-def plots(kern_speedups: list[dict], step: dict, rec: list[dict], out_dir: Path) -> list[Path]:
+# ---- the training step ----------------------------------------------------------------------------------
+
+
+def step_key(rec: dict) -> tuple:
+    return (rec["size"], rec["seqlen"], rec["batch"], rec["mode"])
+
+
+def step_figures(rec: dict, base: dict | None, run: dict) -> dict[str, float | None]:
+    m = rec["median"]
+    other = base is not None and base is not rec
+    return {
+        **{k: m.get(k) for k in STEP_COLUMNS},
+        "over_base": ratio(base["median"]["step_ms"], m["step_ms"]) if other else None,
+        "tokens_per_s": rec.get("tokens_per_s"),
+        "mfu": rec.get("mfu"),
+        "warmup_s": rec.get("warmup_s"),
+        "parameters": rec.get("parameters"),
+    }
+
+
+def model_text(size: str, figures: dict[str, Stat | None]) -> str:
+    params = next((f["parameters"] for f in figures.values() if f["parameters"]), None)
+    return f"{size} ({params.median / 1e6:.0f}M parameters)" if params else size
+
+
+def step_section(runs: list[dict], spool: Pool, base: str) -> str:
+    header = ["model", "L", "batch", "mode", "backend", *STEP_COLUMNS.values(), f"step: over {base}"]
+    header += ["tokens/s", "MFU", "warm-up s"]
+    rows = []
+    for (size, seqlen, batch, mode), by in spool.items():
+        for name, f in by.items():
+            rows.append(
+                [model_text(size, by), str(seqlen), str(batch), mode, name]
+                + [cell(f[k]) if f[k] and f[k].median else "–" for k in STEP_COLUMNS]
+                + [cell(f["over_base"]), cell(f["tokens_per_s"], "{:,.0f}".format), cell(f["mfu"], pct1)]
+                + [cell(f["warmup_s"])]
+            )
+    configs = {r["size"]: r["config"] for run in runs for r in run["records"] if "config" in r}
+    per_size, fixed = varying(configs.values()) if configs else ([], {})
+    errors = ordered(
+        f"{r['size']} L {r['seqlen']} {r['mode']}: {r['error']}" for run in runs for r in run["records"] if "error" in r
+    )
+    peak = ordered(
+        p
+        for run in runs
+        for p in [run["settings"].get(PEAK), run["environment"].get(PEAK), *(r.get(PEAK) for r in run["records"])]
+        if p
+    )
+    sizes = "; ".join(f"{s}: " + ", ".join(f"{k} {c[k]}" for k in per_size) for s, c in configs.items())
+    lines = [
+        "## The training step (scripts/bench_step.py)",
+        "",
+        *captions(runs),
+        "Model config of every row: " + ", ".join(f"{k} {v}" for k, v in fixed.items()) + ".",
+        *([f"Per size: {sizes}."] if per_size else []),
+        f"Medians over the timed steps of each run; *SSD fwd/bwd*: time inside `kernels.ssd` within the step "
+        f"(– where not timed); *over {base}*: {base}'s step time over the row's; MFU: analytic FLOPs per token "
+        "over the dense bf16 peak of the GPU"
+        + (f" ({', '.join(f'{p} TFLOP/s' for p in peak)})." if peak else f" (the JSON does not record it: no {PEAK})."),
+        "",
+        table(header, rows),
+    ]
+    return "\n".join(lines + (["", "Not measured: " + "; ".join(errors) + "."] if errors else []))
+
+
+# ---- Amdahl ---------------------------------------------------------------------------------------------
+
+
+def isolated_key(kpool: Pool, rec: dict, mode: str) -> tuple | None:
+    """The one kernel-benchmark shape of `mode` at the step's sequence length and SSD dimensions, if any."""
+    cfg = rec.get("config", {})
+
+    def same_problem(shape: dict) -> bool:
+        both = [(shape[s], cfg[c]) for s, c in SHAPE_IN_CONFIG.items() if s in shape and c in cfg]
+        return shape.get("seqlen") == rec["seqlen"] and all(a == b for a, b in both)
+
+    keys = [k for k in kpool if k[0] == mode and same_problem(dict(k[1]))]
+    return keys[0] if len(keys) == 1 else None
+
+
+def reconcile_figures(kpool: Pool) -> Callable[[dict, dict | None, dict], dict]:
+    def figures(rec: dict, base: dict | None, run: dict) -> dict[str, float | None]:
+        b, x = (base or {}).get("median", {}), rec["median"]
+        b_ssd = b.get("ssd_forward_ms", 0) + b.get("ssd_backward_ms", 0)
+        x_ssd = x.get("ssd_forward_ms", 0) + x.get("ssd_backward_ms", 0)
+        if base is None or base is rec or not ratio(b_ssd, x_ssd):
+            return {"measured": None}
+        k_iso = {}
+        for mode in ("fwd_bwd", "fwd"):
+            key = isolated_key(kpool, rec, mode)
+            stat = kpool[key].get(label(rec), {}).get("wall_over_base") if key else None
+            k_iso[mode] = stat.median if stat else None
+        s, s_fwd = b_ssd / b["step_ms"], b["ssd_forward_ms"] / b["step_ms"]
+        k_in, k_in_fwd = b_ssd / x_ssd, ratio(b["ssd_forward_ms"], x["ssd_forward_ms"])
+        measured = b["step_ms"] / x["step_ms"]
+        predicted_iso = amdahl(s, k_iso["fwd_bwd"]) if k_iso["fwd_bwd"] else None
+        return {
+            "measured": measured,
+            "ssd_share_base": s,
+            "k_isolated_fwd_bwd": k_iso["fwd_bwd"],
+            "predicted_from_isolated": predicted_iso,
+            "measured_vs_isolated": measured / predicted_iso - 1 if predicted_iso else None,
+            "k_in_step": k_in,
+            "predicted_from_in_step": amdahl(s, k_in),
+            "ssd_fwd_share_base": s_fwd,
+            "k_isolated_fwd": k_iso["fwd"],
+            "k_in_step_fwd": k_in_fwd,
+            "forward_only_prediction": amdahl(s_fwd, k_in_fwd) if k_in_fwd else None,
+            "non_ssd_ms": x["step_ms"] - x_ssd,
+            "non_ssd_ms_base": b["step_ms"] - b_ssd,
+        }
+
+    return figures
+
+
+def reconcile(step_runs: list[dict], spool: Pool, kpool: Pool, base: str) -> list[dict]:
+    """Amdahl predictions of each backend's step speedup over the baseline, one row per step shape and backend."""
+    rows = []
+    for key, by in pool(step_runs, step_key, reconcile_figures(kpool), base).items():
+        for name, f in by.items():
+            if f.get("measured"):
+                size, seqlen, batch, mode = key
+                row = {"size": size, "model": model_text(size, spool[key]), "seqlen": seqlen, "batch": batch}
+                row |= {"mode": mode, "backend": name, "baseline": base}
+                rows.append(row | {k: asdict(v) if v else None for k, v in f.items()})
+    return rows
+
+
+def reconcile_section(rec: list[dict], base: str) -> str:
+    def c(row: dict, k: str, fmt: Callable[[float], str] = num) -> str:
+        return cell(Stat(**row[k]) if row[k] else None, fmt)
+
+    rows = [
+        [r["model"], str(r["seqlen"]), str(r["batch"]), r["mode"], r["backend"], c(r, "ssd_share_base", pct)]
+        + [c(r, k) for k in ("k_isolated_fwd_bwd", "predicted_from_isolated", "k_in_step", "predicted_from_in_step")]
+        + [c(r, "measured"), c(r, "measured_vs_isolated", "{:+.0%}".format), c(r, "ssd_fwd_share_base", pct)]
+        + [c(r, "k_in_step_fwd"), c(r, "forward_only_prediction")]
+        for r in rec
+    ]
+    header = ["model", "L", "batch", "mode", "backend", f"SSD share ({base} step)", "k isolated fwd+bwd"]
+    header += ["predicted", "k in step", "predicted", "measured", "measured vs isolated prediction"]
+    header += ["SSD fwd share", "k fwd in step", "step speedup if only the forward changed"]
+    return "\n".join(
+        [
+            "## Isolated speedup vs step speedup (Amdahl)",
+            "",
+            f"Speedups are the backend's over {base} (above 1: faster). s is the SSD's share of the {base} step; "
+            "*k isolated* is the wall-clock ratio from the SSD-alone benchmark at the same L and SSD dimensions, "
+            "*k in step* the ratio of the SSD's own time inside the step; predicted = 1 / ((1 - s) + s / k). "
+            f"The last column is the step speedup had only the SSD forward changed (the backend's forward, "
+            f"{base}'s backward).",
+            "",
+            table(header, rows) if rows else f"No step shape holds both {base} and another backend with SSD times.",
+        ]
+    )
+
+
+# ---- headline, captions, plots --------------------------------------------------------------------------
+
+
+def captions(runs: list[dict]) -> list[str]:
+    """Files, environment and settings of a series, each value once, or per run where runs differ."""
+    env = {k: ordered(str(r["environment"].get(k)) for r in runs) for r in runs for k in r["environment"]}
+    settings = {k: v for k, v in runs[0]["settings"].items() if k not in ("out", "skipped")}
+    skipped = runs[0]["settings"].get("skipped") or {}
+    return [
+        f"{runs_text(runs).capitalize()}: {', '.join(r['file'].name for r in runs)}.",
+        "Environment: " + ", ".join(f"{k} {' / '.join(v)}" for k, v in env.items() if k != "host") + ".",
+        "Settings: " + ", ".join(f"{k} {v}" for k, v in settings.items()) + ".",
+        *([f"Skipped: {'; '.join(f'{k}: {v}' for k, v in skipped.items())}."] if skipped else []),
+    ]
+
+
+def runs_text(runs: list[dict]) -> str:
+    return f"{len(runs)} run" + "s" * (len(runs) > 1)
+
+
+def headline(kpool: Pool, spool: Pool, krun: list[dict], srun: list[dict], base: str, gpu: str) -> str:
+    """Every other backend over the baseline at the largest kernel shape and at every step shape."""
+    names = [n for n in ordered([*record_labels(krun), *record_labels(srun)]) if n != base]
+    largest = max((dict(k[1]) for k in kpool), key=lambda s: math.prod(v for v in s.values() if isinstance(v, int)))
+    fields, _ = varying(dict(k[1]) for k in kpool)
+    rows = []
+    for key in kernel_keys(kpool):
+        if dict(key[1]) == largest:
+            what = f"SSD {MODE_NAMES.get(key[0], key[0])} alone, {shape_text(largest, fields)}"
+            for clock, fig in (("wall clock", "wall_over_base"), ("GPU kernel time", "gpu_over_base")):
+                cells = [cell(kpool[key].get(n, {}).get(fig), times) for n in names]
+                rows.append([f"{what}, {clock}", *cells, runs_text(krun)])
+    for (size, seqlen, batch, mode), by in spool.items():
+        cells = [cell(by.get(n, {}).get("over_base"), times) for n in names]
+        what = f"training step, {model_text(size, by)}, L {seqlen}, batch {batch}, {mode}"
+        rows.append([what, *cells, runs_text(srun)])
+    header = [f"{gpu}: speedup over {base}", *names, "runs"]
+    note = "Each cell: the median across runs, [min–max] when there are several."
+    return table(header, rows) + "\n\n" + note
+
+
+def plots(kpool: Pool, spool: Pool, rec: list[dict], base: str, gpu: str, out_dir: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    def save(fig, name: str) -> Path:
+        fig.tight_layout()
+        fig.savefig(out_dir / name, dpi=110)
+        plt.close(fig)
+        return out_dir / name
+
+    def bar_err(stat: Stat | None) -> tuple[float, list[float]]:
+        return (stat.median, [stat.median - stat.min, stat.max - stat.median]) if stat else (0.0, [0.0, 0.0])
+
     paths = []
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
-    for ax, mode in zip(axes, ("fwd", "fwd_bwd")):
-        for n, marker, color in ((64, "o", "tab:blue"), (128, "s", "tab:green")):
-            pts = sorted((s["seqlen"], s) for s in kern_speedups if s["mode"] == mode and s["dstate"] == n)
-            if pts:
-                xs = [p[0] for p in pts]
-                ax.plot(xs, [p[1]["wall"] for p in pts], marker + "-", color=color, label=f"n={n}, wall clock")
-                ax.plot(xs, [p[1]["gpu"] for p in pts], marker + "--", color=color, alpha=0.6, label=f"n={n}, GPU time")
+    modes = ordered(k[0] for k in kpool)
+    fields, _ = varying(dict(k[1]) for k in kpool)
+    others = [f for f in fields if f != "seqlen"]
+    fig, axes = plt.subplots(1, len(modes), figsize=(5 * len(modes), 3.8), sharey=True, squeeze=False)
+    for ax, mode in zip(axes[0], modes):
+        keys = [k for k in kernel_keys(kpool) if k[0] == mode]
+        series = ordered((n, tuple(dict(k[1])[f] for f in others)) for k in keys for n in kpool[k] if n != base)
+        for i, (name, rest) in enumerate(series):
+            pts = [
+                (dict(k[1]), kpool[k][name])
+                for k in keys
+                if name in kpool[k] and tuple(dict(k[1])[f] for f in others) == rest
+            ]
+            what = ", ".join([name, *(f"{SHAPE_NAMES.get(f, f)}={v}" for f, v in zip(others, rest))])
+            for clock, style in (("wall_over_base", "-"), ("gpu_over_base", "--")):
+                xy = [(s.get("seqlen", j), f[clock]) for j, (s, f) in enumerate(pts) if f[clock]]
+                if xy:
+                    ax.errorbar(
+                        [x for x, _ in xy],
+                        [st.median for _, st in xy],
+                        yerr=[[st.median - st.min for _, st in xy], [st.max - st.median for _, st in xy]],
+                        fmt="o" + style,
+                        color=f"C{i}",
+                        label=f"{what}, {'wall clock' if clock == 'wall_over_base' else 'GPU time'}",
+                    )
         ax.axhline(1.0, color="gray", lw=0.8)
         ax.set_xscale("log", base=2)
-        ax.set_title("forward" if mode == "fwd" else "forward + backward")
-        ax.set_xlabel("sequence length")
-    axes[0].set_ylabel("cutile speedup over triton")
-    axes[1].legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out_dir / "kernel_speedup.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+        ax.set(yscale="log", title=MODE_NAMES.get(mode, mode), xlabel="sequence length")
+    axes[0][0].set_ylabel(f"speedup over {base}")
+    axes[0][-1].legend(fontsize=6)
+    paths.append(save(fig, "kernel_speedup.png"))
 
-    groups = [(k, by) for k, by in sorted(step_records(step).items()) if k[2] == "eager"]
-    if groups:
-        fig, ax = plt.subplots(figsize=(11, 4))
-        labels, positions, x = [], [], 0.0
-        parts = [
-            ("ssd fwd", "#1f77b4"),
-            ("other fwd", "#aec7e8"),
-            ("ssd bwd", "#d62728"),
-            ("other bwd", "#ff9896"),
-            ("optimizer", "#7f7f7f"),
-        ]
-        for (size, seqlen, _), by in groups:
-            for backend in ("cutile", "triton", "torch"):
-                if backend not in by:
-                    continue
-                m = by[backend]["median"]
-                values = [
-                    m["ssd_forward_ms"],
-                    m["forward_ms"] - m["ssd_forward_ms"],
-                    m["ssd_backward_ms"],
-                    m["backward_ms"] - m["ssd_backward_ms"],
-                    m["optimizer_ms"],
-                ]
-                bottom = 0.0
-                for (name, color), v in zip(parts, values):
-                    ax.bar(x, v, bottom=bottom, color=color, label=name if not positions else None)
-                    bottom += v
-                labels.append(f"{size}\nL={seqlen}\n{backend}")
-                positions.append(x)
-                x += 1
-            x += 0.5
-        ax.set_xticks(positions, labels, fontsize=7)
-        ax.set_ylabel("ms per training step")
-        ax.set_title("Training-step breakdown per SSD backend (H200)")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        paths.append(out_dir / "step_breakdown.png")
-        fig.savefig(paths[-1], dpi=110)
-        plt.close(fig)
+    parts = [
+        ("SSD fwd", "#1f77b4", lambda m: m["ssd_forward_ms"]),
+        ("other fwd", "#aec7e8", lambda m: m["forward_ms"] - m["ssd_forward_ms"]),
+        ("SSD bwd", "#d62728", lambda m: m["ssd_backward_ms"]),
+        ("other bwd", "#ff9896", lambda m: m["backward_ms"] - m["ssd_backward_ms"]),
+        ("optimizer", "#7f7f7f", lambda m: m["optimizer_ms"]),
+    ]
+    fig, ax = plt.subplots(figsize=(max(6, 0.6 * sum(len(by) for by in spool.values())), 4.2))
+    ticks, x = [], 0.0
+    for (size, seqlen, _, mode), by in spool.items():
+        for name, f in by.items():
+            medians = {k: (v.median if v else 0.0) for k, v in f.items()}
+            bottom = 0.0
+            for part, color, value in parts:
+                ax.bar(x, value(medians), bottom=bottom, color=color, label=part if not ticks else None)
+                bottom += value(medians)
+            ticks.append((x, f"{size}\nL={seqlen}\n{mode}\n{name}"))
+            x += 1
+        x += 0.5
+    ax.set_xticks([t for t, _ in ticks], [n for _, n in ticks], fontsize=6)
+    ax.set(ylabel="ms per training step (medians)", title=f"Training-step breakdown per SSD backend ({gpu})")
+    ax.legend(fontsize=8)
+    paths.append(save(fig, "step_breakdown.png"))
 
     if rec:
-        fig, ax = plt.subplots(figsize=(6, 3.6))
-        names = [f"{r['size']} L={r['seqlen']}" for r in rec]
-        xs = range(len(rec))
-        ax.bar(
-            [i - 0.2 for i in xs], [r["predicted_from_isolated"] or 0 for r in rec], 0.2, label="predicted (isolated k)"
+        fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(rec)), 3.8))
+        bars = (
+            ("predicted_from_isolated", "predicted (isolated k)"),
+            ("predicted_from_in_step", "predicted (in-step k)"),
         )
-        ax.bar(list(xs), [r["predicted_from_in_step"] for r in rec], 0.2, label="predicted (in-step k)")
-        ax.bar([i + 0.2 for i in xs], [r["measured"] for r in rec], 0.2, label="measured")
+        for j, (k, name) in enumerate((*bars, ("measured", "measured"))):
+            stats = [bar_err(Stat(**r[k]) if r[k] else None) for r in rec]
+            xs = [i + 0.2 * (j - 1) for i in range(len(rec))]
+            ax.bar(xs, [m for m, _ in stats], 0.2, yerr=list(zip(*[e for _, e in stats])), label=name)
         ax.axhline(1.0, color="gray", lw=0.8)
-        ax.set_xticks(list(xs), names, fontsize=8)
-        ax.set_ylabel("step speedup, cutile over triton")
+        names = [f"{r['size']} L={r['seqlen']}\n{r['mode']}\n{r['backend']}" for r in rec]
+        ax.set_xticks(range(len(rec)), names, fontsize=7)
+        ax.set_ylabel(f"step speedup over {base}")
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        paths.append(out_dir / "amdahl.png")
-        fig.savefig(paths[-1], dpi=110)
-        plt.close(fig)
+        paths.append(save(fig, "amdahl.png"))
     return paths
 
 
-def headline(kern_speedups: list[dict], rec: list[dict]) -> str:
-    seed = next((s for s in kern_speedups if s["mode"] == "fwd" and s["seqlen"] == 16384 and s["dstate"] == 128), None)
-    seed_fb = next(
-        (s for s in kern_speedups if s["mode"] == "fwd_bwd" and s["seqlen"] == 16384 and s["dstate"] == 128), None
-    )
-    rows = []
-    if seed:
-        rows.append(["SSD forward alone, seed shape (L 16384, n 128)", f"{seed['wall']:.2f}x", f"{seed['gpu']:.2f}x"])
-    if seed_fb:
-        rows.append(["SSD forward + backward alone, seed shape", f"{seed_fb['wall']:.2f}x", f"{seed_fb['gpu']:.2f}x"])
-    for r in rec:
-        params = f"{r['parameters'] / 1e6:.0f}M parameters"
-        rows.append(
-            [f"training step, {r['size']}-layout model ({params}), L {r['seqlen']}", f"{r['measured']:.2f}x", ""]
-        )
-    return _table(["cutile over triton (H200)", "wall clock", "GPU kernel time"], rows)
+# ---- main -----------------------------------------------------------------------------------------------
 
 
-def _short(name: str) -> str:
-    return name.split("_Kt")[0].split("(")[0][:60]
-
-
-def findings(kern: dict, speedups: list[dict], rec: list[dict]) -> str:
-    """The conclusions, with every number computed from the JSON."""
-    lines = ["## Findings", ""]
-    fwd = [s for s in speedups if s["mode"] == "fwd"]
-    fb = [s for s in speedups if s["mode"] == "fwd_bwd"]
-    if fwd:
-        for n in sorted({s["dstate"] for s in fwd}):
-            sub = [s for s in fwd if s["dstate"] == n]
-            lines.append(
-                f"- SSD forward alone, state {n}: cutile over triton {min(s['wall'] for s in sub):.2f}-"
-                f"{max(s['wall'] for s in sub):.2f}x by wall clock, {min(s['gpu'] for s in sub):.2f}-"
-                f"{max(s['gpu'] for s in sub):.2f}x by GPU kernel time (L 2048-16384)."
-            )
-    seed = {
-        r["backend"]: r
-        for r in kern["records"]
-        if r["mode"] == "fwd" and r["shape"]["seqlen"] == 16384 and r["shape"]["dstate"] == 128
-    }
-    if "cutile" in seed and "triton" in seed:
-        cu, tr = seed["cutile"], seed["triton"]
-        sh = cu["shape"]
-        c = -(-sh["seqlen"] // sh["chunk_size"])
-        states = 2 * 4 * sh["batch"] * c * sh["nheads"] * sh["headdim"] * sh["dstate"]  # fp32, written then read
-        io = cu["GBps_gpu"] * cu["gpu_ms"] * 1e6
-        copy = kern["ceilings"].get("copy_GBps")
-        floor_ms = (io + states) / (copy * 1e6) if copy else float("nan")
-        target = (
-            "met"
-            if tr["gpu_ms"] / cu["gpu_ms"] >= 2 and tr["wall_ms"]["median"] / cu["wall_ms"]["median"] >= 2
-            else "not met"
-        )
-        parts = ", ".join(f"{_short(k)} {v:.3f} ms" for k, v in list(cu["top_kernels_ms"].items())[:3])
-        tparts = ", ".join(f"{_short(k)} {v:.3f} ms" for k, v in list(tr["top_kernels_ms"].items())[:4])
-        lines += [
-            f"- Seed shape (batch 4, 16384 tokens, 8 heads, head 64, state 128, chunk 128, bf16): cutile "
-            f"{cu['wall_ms']['median']:.3f} ms wall / {cu['gpu_ms']:.3f} ms GPU against triton "
-            f"{tr['wall_ms']['median']:.3f} ms / {tr['gpu_ms']:.3f} ms. The 2x-on-both target is {target}; "
-            f"the stretch goal of at most 0.15 ms of GPU time is {'met' if cu['gpu_ms'] <= 0.15 else 'not met'}. "
-            f"cutile's kernels: {parts}; triton's: {tparts}.",
-            f"- This design's HBM traffic (inputs and y once, plus the fp32 chunk states written and read back) "
-            f"takes {floor_ms:.3f} ms at the measured copy rate: the cutile forward runs at "
-            f"{100 * floor_ms / cu['gpu_ms']:.0f}% of that floor, compute_out being the kernel furthest from it.",
-        ]
-    if fb:
-        lines.append(
-            f"- Forward + backward alone, cutile (cuTile forward + reference backward) over triton: "
-            f"{min(s['wall'] for s in fb):.2f}-{max(s['wall'] for s in fb):.2f}x wall, "
-            f"{min(s['gpu'] for s in fb):.2f}-{max(s['gpu'] for s in fb):.2f}x GPU: the reference backward, "
-            "a few dozen generic PyTorch kernels over (chunk x chunk) tiles in fp32, costs far more than "
-            "mamba_ssm's fused Triton backward."
-        )
-    if rec:
-        meas = [r["measured"] for r in rec]
-        err_in = max(abs(r["measured"] / r["predicted_from_in_step"] - 1) for r in rec)
-        err_iso = [abs(r["measured"] / r["predicted_from_isolated"] - 1) for r in rec if r["predicted_from_isolated"]]
-        fwd_only = [r["forward_only_prediction"] for r in rec]
-        lines += [
-            f"- Training step, cutile over triton: {min(meas):.2f}-{max(meas):.2f}x, i.e. the cutile step is slower. "
-            f"The SSD takes {min(r['ssd_share_triton'] for r in rec) * 100:.0f}-"
-            f"{max(r['ssd_share_triton'] for r in rec) * 100:.0f}% of the Triton step; everything else "
-            "(projections, convolution, norms, LM head, optimizer) costs the same with either backend.",
-            f"- Amdahl with the SSD speedup measured inside the step predicts the measured step speedup within "
-            f"{100 * err_in:.0f}%. With the speedup measured on the isolated benchmark shape (batch 4, 8 heads) the "
-            f"prediction is off by up to {100 * max(err_iso):.0f}%: at that shape Triton's fused forward+backward is "
-            "bound by kernel launches (its wall time barely moves with the work), while the reference backward "
-            "scales with the work, so the isolated ratio flatters cutile compared with the larger per-layer "
-            "problem of the training step (batch 8 or 2, 12 or 24 heads). The isolated speedup transfers only "
-            "when measured at the step's own shape.",
-            f"- What the seed's forward-only speedup can buy: had the backward stayed Triton's, the cutile forward "
-            f"(measured {min(r['k_in_step_fwd'] for r in rec):.2f}-{max(r['k_in_step_fwd'] for r in rec):.2f}x faster "
-            f"than Triton's inside the step) would have sped the step up by {min(fwd_only):.2f}-{max(fwd_only):.2f}x, "
-            f"because the SSD forward is only {min(r['ssd_fwd_share_triton'] for r in rec) * 100:.0f}-"
-            f"{max(r['ssd_fwd_share_triton'] for r in rec) * 100:.0f}% of a Triton training step.",
-        ]
-    return "\n".join(lines)
+def relative(path: Path, start: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(start.resolve()))
+    except ValueError:
+        return str(path)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kernels", default=str(ROOT / "results" / "kernels_h200.json"))
-    ap.add_argument("--step", default=str(ROOT / "results" / "step_h200.json"))
-    ap.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
-    ap.add_argument("--plots", default=str(ROOT / "results"))
-    ap.add_argument("--readme", default=str(ROOT / "README.md"), help="README whose headline block is refreshed")
-    ap.add_argument("--notes", default=str(ROOT / "results" / "notes.md"), help="hand-written analysis appended")
+    ap.add_argument("--results", type=Path, default=ROOT / "results", help="the JSON; plots are written here")
+    ap.add_argument("--out", type=Path, default=ROOT, help="BENCHMARKS.md goes here; README.md here is refreshed")
+    ap.add_argument("--kernels", default="kernels_h200", help="series NAME: NAME.json and NAME_run<N>.json")
+    ap.add_argument("--step", default="step_h200", help="series NAME: NAME.json and NAME_run<N>.json")
+    ap.add_argument("--baseline", default="triton", help="the backend every ratio is taken over")
     args = ap.parse_args(argv)
 
-    kern = json.loads(Path(args.kernels).read_text())
-    step = json.loads(Path(args.step).read_text())
-    kern_text, speedups = kernel_section(kern)
-    rec = reconcile(kern, step)
-    out_dir = Path(args.plots)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    pngs = plots(speedups, step, rec, out_dir)
-    out = Path(args.out)
-    rel = [p.relative_to(out.parent) if p.is_relative_to(out.parent) else p for p in pngs]
+    krun = load_series(args.results, args.kernels, "bench_kernels")
+    srun = load_series(args.results, args.step, "bench_step")
+    base = args.baseline
+    kpool = pool(krun, shape_key, kernel_figures, base)
+    spool = pool(srun, step_key, step_figures, base)
+    rec = reconcile(srun, spool, kpool, base)
+    gpu = " / ".join(ordered(r["environment"].get("gpu", "?") for r in [*krun, *srun]))
+    pngs = plots(kpool, spool, rec, base, gpu, args.results)
+    (args.results / "reconciliation.json").write_text(json.dumps(rec, indent=1) + "\n")
+
+    out = args.out / "BENCHMARKS.md"
+    sources = ", ".join(f"{relative(r['file'], args.out)}" for r in [*krun, *srun])
+    notes = args.results / "notes.md"
+    head = headline(kpool, spool, krun, srun, base, gpu)
     parts = [
         "# Benchmarks",
         "",
-        "Generated by `python scripts/report.py` from the JSON in results/ (written by scripts/bench_kernels.py and "
-        "scripts/bench_step.py); do not edit by hand.",
+        f"Generated by `python scripts/report.py` from {sources}; do not edit by hand."
+        + (
+            f" What these figures were taken to mean, dated, is in {relative(notes, args.out)}."
+            if notes.is_file()
+            else ""
+        ),
         "",
-        headline(speedups, rec),
+        head,
         "",
-        findings(kern, speedups, rec),
+        *[f"![{p.stem}]({relative(p, args.out)})" for p in pngs],
         "",
-        *[f"![{p.stem}]({p})" for p in rel],
+        kernel_section(krun, kpool, base),
         "",
-        kern_text,
+        step_section(srun, spool, base),
         "",
-        step_section(step),
-        "",
-        reconcile_section(rec),
+        reconcile_section(rec, base),
     ]
-    notes = Path(args.notes)
-    if notes.is_file():
-        parts += ["", notes.read_text().strip()]
     out.write_text("\n".join(parts) + "\n")
-    (out_dir / "reconciliation.json").write_text(json.dumps(rec, indent=1) + "\n")
-    readme = Path(args.readme)
-    if readme.is_file():
-        text = readme.read_text()
-        block = f"{HEADLINE_START}\n{headline(speedups, rec)}\n{HEADLINE_END}"
-        if HEADLINE_START in text:
-            text = re.sub(
-                re.escape(HEADLINE_START) + ".*?" + re.escape(HEADLINE_END), lambda _: block, text, flags=re.S
-            )
-            readme.write_text(text)
-    print(f"wrote {out} and {', '.join(str(p) for p in pngs)}")
+    written = [out, *pngs, args.results / "reconciliation.json"]
+    readme = args.out / "README.md"
+    if readme.is_file() and HEADLINE_START in readme.read_text():
+        block = f"{HEADLINE_START}\n{head}\n{HEADLINE_END}"
+        pattern = re.escape(HEADLINE_START) + ".*?" + re.escape(HEADLINE_END)
+        readme.write_text(re.sub(pattern, lambda _: block, readme.read_text(), flags=re.S))
+        written.append(readme)
+    print("wrote " + ", ".join(str(p) for p in written))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
