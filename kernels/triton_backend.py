@@ -1,13 +1,135 @@
 """The triton backend of `kernels.ssd`: mamba_ssm 2.3.2.post1's fused chunked scan (forward and backward).
 
+mamba_ssm's own entry point (`mamba_chunk_scan_combined`) is a `torch.autograd.Function`, which
+torch.compile cannot trace into: the graph breaks around every SSD call. Here its forward and
+backward are two `torch.library` custom ops (with fake implementations, so the compiler knows their
+output shapes without running them) joined by `register_autograd`: a compiled model keeps one graph.
+
 Optional: importing this module fails where mamba_ssm is not installed, and `kernels.ssd` then says so.
 """
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
-from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
+from mamba_ssm.ops.triton.ssd_combined import _mamba_chunk_scan_combined_bwd, _mamba_chunk_scan_combined_fwd
 from torch import Tensor
+
+
+def _on_device(x: Tensor):
+    """Launch on x's GPU (mamba_ssm's Triton kernels have failed on a GPU other than the current one)."""
+    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
+
+
+@torch.library.custom_op("mamba2_triton::ssd_fwd", mutates_args=())
+def ssd_fwd(
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    chunk_size: int,
+    D: Tensor | None,
+    dt_bias: Tensor | None,
+    dt_softplus: bool,
+    initial_states: Tensor | None,
+) -> tuple[Tensor, Tensor]:
+    """y (b, l, h, p) in x's dtype and the final state (b, h, p, n) float32."""
+    with _on_device(x):
+        y, _, _, _, _, final_state = _mamba_chunk_scan_combined_fwd(
+            x, dt, A, B, C, chunk_size, D=D, dt_bias=dt_bias, initial_states=initial_states, dt_softplus=dt_softplus
+        )
+    return y, final_state.float()
+
+
+@ssd_fwd.register_fake
+def _(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states):
+    b, _, h, p = x.shape
+    return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(
+        (b, h, p, B.shape[-1]), dtype=torch.float32
+    )
+
+
+@torch.library.custom_op("mamba2_triton::ssd_bwd", mutates_args=())
+def ssd_bwd(
+    dy: Tensor,
+    dfinal_state: Tensor | None,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    y: Tensor,
+    chunk_size: int,
+    D: Tensor | None,
+    dt_bias: Tensor | None,
+    dt_softplus: bool,
+    initial_states: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(dx, ddt, dA, dB, dC, dD, ddt_bias, dinitial_states), each in its input's dtype; an absent
+    optional input (D, dt_bias, initial_states) gets an empty tensor in its place."""
+    with _on_device(x):
+        dx, ddt, dA, dB, dC, dD, _, ddt_bias, dinit = _mamba_chunk_scan_combined_bwd(
+            dy,
+            x,
+            dt,
+            A,
+            B,
+            C,
+            y,
+            chunk_size,
+            D=D,
+            dt_bias=dt_bias,
+            initial_states=initial_states,
+            dfinal_states=dfinal_state,
+            dt_softplus=dt_softplus,
+        )
+    return (
+        dx.to(x.dtype),
+        ddt.to(dt.dtype),
+        dA.to(A.dtype),
+        dB.to(B.dtype),
+        dC.to(C.dtype),
+        *(
+            g.to(t.dtype) if t is not None else x.new_empty(0)
+            for g, t in ((dD, D), (ddt_bias, dt_bias), (dinit, initial_states))
+        ),
+    )
+
+
+@ssd_bwd.register_fake
+def _(dy, dfinal_state, x, dt, A, B, C, y, chunk_size, D, dt_bias, dt_softplus, initial_states):
+    optional = (torch.empty_like(t) if t is not None else x.new_empty(0) for t in (D, dt_bias, initial_states))
+    return tuple(torch.empty_like(t) for t in (x, dt, A, B, C)) + tuple(optional)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states = inputs
+    ctx.save_for_backward(x, dt, A, B, C, output[0], D, dt_bias, initial_states)
+    ctx.chunk_size, ctx.dt_softplus = chunk_size, dt_softplus
+
+
+def _backward(ctx, dy: Tensor, dfinal_state: Tensor | None):
+    x, dt, A, B, C, y, D, dt_bias, initial_states = ctx.saved_tensors
+    dx, ddt, dA, dB, dC, dD, ddt_bias, dinit = ssd_bwd(
+        dy, dfinal_state, x, dt, A, B, C, y, ctx.chunk_size, D, dt_bias, ctx.dt_softplus, initial_states
+    )
+    return (
+        dx,
+        ddt,
+        dA,
+        dB,
+        dC,
+        None,
+        dD if D is not None else None,
+        ddt_bias if dt_bias is not None else None,
+        None,
+        dinit if initial_states is not None else None,
+    )
+
+
+ssd_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
 def ssd_triton(
@@ -22,19 +144,5 @@ def ssd_triton(
     dt_softplus: bool = False,
     initial_states: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """y (b, l, h, p) in x's dtype and final_state (b, h, p, n) from mamba_ssm's Triton kernels."""
-    with torch.cuda.device(x.device):
-        y, final_state = mamba_chunk_scan_combined(
-            x,
-            dt,
-            A,
-            B,
-            C,
-            chunk_size,
-            D=D,
-            dt_bias=dt_bias,
-            initial_states=initial_states,
-            dt_softplus=dt_softplus,
-            return_final_states=True,
-        )
-    return y, final_state
+    """y (b, l, h, p) in x's dtype and final_state (b, h, p, n) float32 from mamba_ssm's Triton kernels."""
+    return ssd_fwd(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states)
