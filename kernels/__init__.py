@@ -1,9 +1,12 @@
 """The Mamba-2 SSD: one entry point, several backends.
 
     y, final_state = kernels.ssd(x, dt, A, B, C, chunk_size, D=None, dt_bias=None, dt_softplus=False,
-                                 initial_states=None, return_final_states=True, backend="auto")
+                                 initial_states=None, return_final_states=True, backend="auto",
+                                 backward="reference")
 
 The signature follows mamba_ssm's `mamba_chunk_scan_combined`, so code written for it can swap in.
+Backends and how one is chosen: kernels/backends.py. Also here: `set_autotune` (cuTile block-size
+search per shape) and `set_debug_checks` (value checks that would synchronize with a GPU).
 """
 
 from __future__ import annotations
@@ -12,9 +15,29 @@ import torch
 from torch import Tensor
 
 from kernels.backends import BACKENDS, implementation, resolve, unavailable_reason
+from kernels.cutile.tuning import set_autotune
 from kernels.timing import ssd_timer, timed
 
-__all__ = ["BACKENDS", "resolve", "ssd", "ssd_timer", "unavailable_reason"]
+BACKWARDS = ("reference", "cutile")
+__all__ = [
+    "BACKENDS",
+    "BACKWARDS",
+    "resolve",
+    "set_autotune",
+    "set_debug_checks",
+    "ssd",
+    "ssd_timer",
+    "unavailable_reason",
+]
+_debug = {"checks": False}
+
+
+def set_debug_checks(enabled: bool) -> None:
+    """Check input values (A < 0) on GPU tensors too, at the cost of a host-device sync per call.
+
+    On CPU tensors the check costs no sync and always runs.
+    """
+    _debug["checks"] = bool(enabled)
 
 
 def _check_shapes(
@@ -55,6 +78,26 @@ def _check_shapes(
             f"initial_states must be (batch, nheads, headdim, dstate) = {(b, h, p, n)}, "
             f"got {tuple(initial_states.shape)}"
         )
+    named = {"x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "dt_bias": dt_bias, "initial_states": initial_states}
+    for name, t in named.items():
+        if t is not None and not t.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor, got {t.dtype}")
+    if B.dtype != C.dtype:
+        raise ValueError(f"B and C must share a dtype, got {B.dtype} and {C.dtype}")
+
+
+def _check_values(A: Tensor) -> None:
+    """A must be negative: a positive A makes the state grow without bound (exp(dt * A) > 1).
+
+    Skipped while torch.compile traces (a data-dependent branch would break the graph).
+    """
+    if torch.compiler.is_compiling() or not (A.device.type == "cpu" or _debug["checks"]):
+        return
+    if bool((A >= 0).any()):
+        raise ValueError(
+            f"A must be negative (the state decays by exp(dt * A)); got max(A) = {A.max().item():.4g}. "
+            "Mamba-2 parameterizes it as A = -exp(A_log)."
+        )
 
 
 def ssd(
@@ -70,6 +113,7 @@ def ssd(
     initial_states: Tensor | None = None,
     return_final_states: bool = False,
     backend: str = "auto",
+    backward: str = "reference",
 ) -> Tensor | tuple[Tensor, Tensor]:
     """The chunked SSD scan of Mamba-2.
 
@@ -80,16 +124,25 @@ def ssd(
         D: (h,) skip connection.  dt_bias: (h,) added to dt before softplus.
         initial_states: (b, h, p, n) state before the first token.
         backend: "torch", "cutile", "triton" or "auto" (cutile on a CUDA GPU where it runs, else torch).
+        backward: the cutile backend's gradient: "reference" (autograd through kernels.reference, the
+            design this project measures) or "cutile" (the backward kernels). The torch and triton
+            backends have their own backward and take only "reference".
     Returns:
         y (b, l, h, p) in x's dtype, and with return_final_states the state after the last token
         (b, h, p, n), float32 (float64 for float64 inputs on the torch backend).
     """
     _check_shapes(x, dt, A, B, C, chunk_size, D, dt_bias, initial_states)
+    _check_values(A)
+    if backward not in BACKWARDS:
+        raise ValueError(f"backward must be one of {', '.join(BACKWARDS)}, got {backward!r}")
     name = resolve(backend, x.device.type, x.device.index)
+    if backward != "reference" and name != "cutile":
+        raise ValueError(f"backward={backward!r} needs the cutile backend; the {name} backend has its own backward")
     fn = implementation(name)
+    extra = (backward,) if name == "cutile" else ()
 
     def run(x: Tensor, dt: Tensor, B: Tensor, C: Tensor) -> tuple[Tensor, Tensor]:
-        return fn(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states)
+        return fn(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, *extra)
 
     with torch.autocast(x.device.type, enabled=False):  # each backend picks its own precisions
         y, final_state = timed(run, x, dt, B, C)

@@ -1,65 +1,60 @@
 """The SSD backends behind `kernels.ssd`, and how one is chosen.
 
-    torch   kernels/reference.py: pure PyTorch, any device, differentiable by autograd
-    cutile  kernels/cutile/: cuTile forward kernels, reference backward (CUDA GPU, cuda-tile)
-    triton  mamba_ssm 2.3.2.post1's mamba_chunk_scan_combined (CUDA GPU, mamba_ssm installed)
+    torch   kernels.reference.ssd_chunked: pure PyTorch, any device, differentiable by autograd
+    cutile  kernels.cutile.ssd.ssd_cutile: cuTile forward; backward "reference" (autograd through the
+            reference) or "cutile" (the backward kernels); needs a CUDA GPU, cuda-tile and its compiler
+    triton  kernels.triton_backend.ssd_triton: mamba_ssm 2.3.2.post1 (CUDA GPU, mamba_ssm installed)
 
-`auto` picks cutile on a CUDA device where it can run, else torch, and logs the choice once.
+`unavailable_reason` is the one answer to "can this backend run here, and if not why" (device, import,
+compiler); `resolve` turns "auto" into cutile where that answer is yes, else torch, and logs the choice once.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
 log = logging.getLogger("kernels")
 
 BACKENDS = ("torch", "cutile", "triton")
+INSTALL_HINTS = {"cutile": "pip install 'cuda-tile[tileiras]'", "triton": "install mamba_ssm 2.3.2.post1 and triton"}
 
 
-@dataclass(frozen=True)
-class Backend:
-    name: str
-    module: str  # imported on first use
-    function: str
-    install_hint: str
-    needs_cuda: bool
+def implementation(name: str) -> Callable:
+    """The function of backend `name`, with kernels.ssd's signature up to initial_states (cutile: and backward)."""
+    if name == "torch":
+        from kernels.reference import ssd_chunked
+
+        return ssd_chunked
+    if name == "cutile":
+        from kernels.cutile.ssd import ssd_cutile
+
+        return ssd_cutile
+    if name == "triton":
+        from kernels.triton_backend import ssd_triton
+
+        return ssd_triton
+    raise ValueError(f"unknown SSD backend {name!r}; choose one of {', '.join((*BACKENDS, 'auto'))}")
 
 
-_SPECS = {
-    "torch": Backend("torch", "kernels.reference", "ssd_chunked", "", needs_cuda=False),
-    "cutile": Backend("cutile", "kernels.cutile.function", "ssd_fwd", "pip install 'cuda-tile[tileiras]'", True),
-    "triton": Backend(
-        "triton", "kernels.triton_backend", "ssd_triton", "install mamba_ssm 2.3.2.post1 and triton", True
-    ),
-}
-_loaded: dict[str, Callable] = {}
-
-
+@functools.cache
 def _import_error(name: str) -> str | None:
-    """Import backend `name`'s module once; the error text if that fails."""
-    if name in _loaded:
-        return None
-    spec = _SPECS[name]
     try:
-        _loaded[name] = getattr(importlib.import_module(spec.module), spec.function)
+        implementation(name)
     except Exception as e:  # ImportError, or a broken install raising something else
         return f"{type(e).__name__}: {e}"
     return None
 
 
 def unavailable_reason(name: str, device: torch.device | str) -> str | None:
-    """Why backend `name` cannot run on `device`, or None when it can."""
-    if name not in _SPECS:
+    """Why backend `name` cannot run on `device`, or None when it can (the cuTile compiler included)."""
+    if name not in BACKENDS:
         return f"unknown SSD backend {name!r}; choose one of {', '.join((*BACKENDS, 'auto'))}"
-    spec = _SPECS[name]
     device = torch.device(device)
-    if spec.needs_cuda:
+    if name != "torch":
         if not torch.cuda.is_available():
             return f"the {name} backend needs a CUDA GPU and torch sees none on this machine"
         if device.type != "cuda":
@@ -68,7 +63,11 @@ def unavailable_reason(name: str, device: torch.device | str) -> str | None:
             return f"cuTile needs compute capability 8.0 or newer; {torch.cuda.get_device_name(device)} is older"
     err = _import_error(name)
     if err is not None:
-        return f"the {name} backend could not be imported ({err}); {spec.install_hint}"
+        return f"the {name} backend could not be imported ({err}); {INSTALL_HINTS.get(name, '')}"
+    if name == "cutile":
+        from kernels.cutile.toolchain import problem
+
+        return problem()
     return None
 
 
@@ -80,7 +79,6 @@ def _resolve(name: str, device_type: str, device_index: int | None) -> str:
         chosen = "cutile" if reason is None else "torch"
         why = "cuTile kernels on the GPU" if reason is None else f"pure PyTorch, because {reason}"
         log.warning("SSD backend auto -> %s (%s)", chosen, why)
-        _import_error(chosen)
         return chosen
     reason = unavailable_reason(name, device)
     if reason is not None:
@@ -96,8 +94,3 @@ def resolve(name: str, device_type: str, device_index: int | None = None) -> str
     Under torch.compile this runs once at trace time and its answer is a constant of the graph.
     """
     return _resolve(name, device_type, device_index)
-
-
-def implementation(name: str) -> Callable:
-    """The function of a backend that `resolve` returned: kernels.ssd's signature up to initial_states."""
-    return _loaded[name]

@@ -135,8 +135,8 @@ def fwd_pass_state(
 
 def compute_out(
     x: Tensor,
-    C: Tensor,
     B: Tensor,
+    C: Tensor,
     dt_out: Tensor,
     dA_cumsum: Tensor,
     chunk_states: Tensor,
@@ -147,7 +147,7 @@ def compute_out(
     y_t = sum_{s <= t in t's chunk} (C_t · B_s) exp(G_t - G_s) dt_s x_s  +  exp(G_t) C_t · S_chunk  +  D x_t
 
     Args:
-        x: (b, l, h, p).  C, B: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q).
+        x: (b, l, h, p).  B, C: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q).
         chunk_states: (b, c, h, p, n) from `fwd_pass_state`.  D: (h,) or None.
     Returns:
         y: (b, l, h, p) in the compute dtype (float32/64).
@@ -196,7 +196,7 @@ def ssd_chunked(
     """
     dt_out, dA_cumsum = chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
     chunk_states, final_state = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
-    y = compute_out(x, C, B, dt_out, dA_cumsum, chunk_states, D)
+    y = compute_out(x, B, C, dt_out, dA_cumsum, chunk_states, D)
     return y.to(x.dtype), final_state
 
 

@@ -16,15 +16,14 @@ import argparse
 import sys
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import kernels
-from kernels.cutile import tuning
-from scripts import benchlib
+from kernels.testing import random_inputs
+from lightning_modules.measure.environment import available_backends, environment
+from lightning_modules.measure.results import write_json
+from lightning_modules.measure.timing import ceilings, gpu_kernel_ms, summarize, wall_ms
 
 
 @dataclass(frozen=True)
@@ -56,29 +55,24 @@ TINY = [Shape(1, 96, 2, 16, 8, chunk_size=32, dtype="float32")]
 
 
 def make_inputs(shape: Shape, device: str, requires_grad: bool) -> dict[str, torch.Tensor]:
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    dt_ = getattr(torch, shape.dtype)
     b, l, h, p, g, n = shape.batch, shape.seqlen, shape.nheads, shape.headdim, shape.ngroups, shape.dstate
-
-    def r(*s, scale=1.0, dtype=dt_):
-        return (torch.randn(*s, generator=gen) * scale).to(device=device, dtype=dtype)
-
-    inputs = {
-        "x": r(b, l, h, p),
-        "dt": r(b, l, h, scale=0.5, dtype=torch.float32) - 1.0,
-        "A": -torch.exp(r(h, scale=0.5, dtype=torch.float32)),
-        "B": r(b, l, g, n, scale=n**-0.5),
-        "C": r(b, l, g, n, scale=n**-0.5),
-        "D": r(h, dtype=torch.float32),
-        "dt_bias": r(h, scale=0.5, dtype=torch.float32),
-    }
+    dtype = getattr(torch, shape.dtype)
+    inputs = random_inputs(b, l, h, p, g, n, dtype, seed=0, device=device, dt_dtype=torch.float32)
+    inputs = {k: v for k, v in inputs.items() if v is not None}
     if requires_grad:
         for t in inputs.values():
             t.requires_grad_(True)
     return inputs
 
 
-def make_call(shape: Shape, backend: str, mode: str, device: str):
+def split(variant: str) -> tuple[str, str]:
+    """ "cutile:cutile" -> ("cutile", "cutile"): backend and backward; a plain name has the reference backward."""
+    backend, _, backward = variant.partition(":")
+    return backend, backward or "reference"
+
+
+def make_call(shape: Shape, variant: str, mode: str, device: str):
+    backend, backward = split(variant)
     inputs = make_inputs(shape, device, requires_grad=mode == "fwd_bwd")
     grad_y = None
 
@@ -94,6 +88,7 @@ def make_call(shape: Shape, backend: str, mode: str, device: str):
             dt_bias=inputs["dt_bias"],
             dt_softplus=True,
             backend=backend,
+            backward=backward,
         )
 
     if mode == "fwd":
@@ -116,11 +111,13 @@ def make_call(shape: Shape, backend: str, mode: str, device: str):
     return call
 
 
-def bench_shape(shape: Shape, backends: list[str], modes: list[str], repeats: int, calls: int, device: str):
+def bench_shape(shape: Shape, variants: list[str], modes: list[str], repeats: int, calls: int, device: str):
     records = []
     for mode in modes:
         fns, warmup = {}, {}
-        for backend in backends:
+        # The forward of "cutile:cutile" is the forward of "cutile": timed once.
+        backends_here = [v for v in variants if mode != "fwd" or split(v)[1] == "reference"]
+        for backend in backends_here:
             fn = make_call(shape, backend, mode, device)
             start = time.perf_counter()
             fn()
@@ -130,18 +127,19 @@ def bench_shape(shape: Shape, backends: list[str], modes: list[str], repeats: in
             for _ in range(2):
                 fn()
             fns[backend] = fn
-        samples = {b: [] for b in backends}
+        samples = {b: [] for b in backends_here}
         for _ in range(repeats):
-            for backend in backends:  # alternate: drift hits every backend alike
-                samples[backend].append(benchlib.wall_ms(fns[backend], calls))
-        for backend in backends:
-            prof = benchlib.gpu_kernel_ms(fns[backend], min(calls, 5))
+            for backend in backends_here:  # alternate: drift hits every backend alike
+                samples[backend].append(wall_ms(fns[backend], calls))
+        for backend in backends_here:
+            prof = gpu_kernel_ms(fns[backend], min(calls, 5))
             gpu_ms, launches = prof["ms"], prof["kernels"]
-            wall = benchlib.summarize(samples[backend])
+            wall = summarize(samples[backend])
             rec = {
                 "shape": asdict(shape),
                 "mode": mode,
-                "backend": backend,
+                "backend": split(backend)[0],
+                "backward": split(backend)[1],
                 "wall_ms": wall,
                 "gpu_ms": gpu_ms,
                 "kernels_per_call": launches,
@@ -154,7 +152,7 @@ def bench_shape(shape: Shape, backends: list[str], modes: list[str], repeats: in
             }
             records.append(rec)
             print(
-                f"L={shape.seqlen:6d} n={shape.dstate:3d} {mode:7s} {backend:7s} wall {wall['median']:8.3f} ms "
+                f"L={shape.seqlen:6d} n={shape.dstate:3d} {mode:7s} {backend:13s} wall {wall['median']:8.3f} ms "
                 f"(iqr {wall['iqr']:.3f})  gpu {gpu_ms:8.3f} ms  {launches:3d} kernels  warm-up {warmup[backend]:.1f} s",
                 flush=True,
             )
@@ -171,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         "--shapes", choices=["seed", "sweep", "tiny"], default="sweep", help="seed shape only, sweep, or tiny"
     )
     ap.add_argument(
-        "--backends", default="cutile,triton,torch", help="comma-separated; unavailable ones are reported and skipped"
+        "--backends",
+        default="cutile,cutile:cutile,triton,torch",
+        help="comma-separated; NAME:BACKWARD picks the cutile backward (cutile:cutile); unavailable ones are skipped",
     )
     ap.add_argument("--modes", default="fwd,fwd_bwd")
     ap.add_argument("--repeats", type=int, default=10)
@@ -179,26 +179,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--autotune", action="store_true", help="tune cuTile block sizes per shape (cached on disk)")
     args = ap.parse_args(argv)
 
+    torch.set_float32_matmul_precision("high")  # as train.py: float32 matmuls may use TF32
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    tuning.set_autotune(args.autotune)
+    kernels.set_autotune(args.autotune)
     shapes = {"seed": [SEED], "sweep": SWEEP, "tiny": TINY}[args.shapes]
-    backends, skipped = benchlib.available_backends(args.backends, device)
-    if not backends:
+    variants = args.backends.split(",")
+    backends, skipped = available_backends(",".join(dict.fromkeys(split(v)[0] for v in variants)), device)
+    variants = [v for v in variants if split(v)[0] in backends]
+    if not variants:
         print("no backend can run here", file=sys.stderr)
         return 2
-    env = benchlib.environment()
+    env = environment()
     print(env, flush=True)
     records = []
     for shape in shapes:
-        records += bench_shape(shape, backends, args.modes.split(","), args.repeats, args.calls, device)
+        records += bench_shape(shape, variants, args.modes.split(","), args.repeats, args.calls, device)
     payload = {
         "kind": "bench_kernels",
         "environment": env,
-        "ceilings": benchlib.ceilings(),
+        "ceilings": ceilings(),
         "settings": {**vars(args), "device": device, "skipped": skipped},
         "records": records,
     }
-    print(f"wrote {benchlib.write_json(args.out, payload)}")
+    print(f"wrote {write_json(args.out, payload)}")
     return 0
 
 

@@ -1,15 +1,16 @@
 """The cuTile backend where no GPU is: every kernel still compiles for Hopper and Blackwell, the
-toolchain checks say what is wrong, and the backward op equals the reference's gradients."""
+toolchain check says what is wrong, and the backward op's reference path equals autograd."""
 
 from __future__ import annotations
 
+import re
 import stat
 
 import pytest
 import torch
 
-from kernels.cutile import aot, forward
-from kernels.cutile import function as cutile_function
+from kernels.cutile import aot, toolchain
+from kernels.cutile import ssd as cutile_ssd
 from kernels.reference import ssd_chunked
 
 
@@ -18,8 +19,8 @@ from kernels.reference import ssd_chunked
 def test_every_kernel_compiles_to_a_cubin(arch):
     sizes = aot.export_all(arch)
     names = {label.split("[")[0] for label in sizes}
-    assert names == {"chunk_cumsum", "fwd_pass_state", "compute_out"}
-    assert len(sizes) == len(list(aot.signatures()))
+    assert names == {"chunk_cumsum", "fwd_pass_state", "compute_out", "bwd_pass_state", "bwd_dx", "bwd_dbc"}
+    assert len(sizes) == len(list(aot.signatures())) + len(list(aot.backward_signatures()))
     assert all(size > 1000 for size in sizes.values())
 
 
@@ -34,37 +35,35 @@ def _fake_ptxas(directory, release: str):
 
 def test_old_toolkit_in_cuda_home_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_HOME", str(_fake_ptxas(tmp_path / "cuda-12.0", "12.0")))
-    forward.check_toolchain.cache_clear()
+    toolchain.problem.cache_clear()
     try:
-        with pytest.raises(RuntimeError, match=r"CUDA_HOME=.*cuda-12.0 holds ptxas 12.0, older than tileiras"):
-            forward.check_toolchain()
+        assert re.search(r"CUDA_HOME=.*cuda-12.0 holds ptxas 12.0, older than tileiras", toolchain.problem())
     finally:
-        forward.check_toolchain.cache_clear()
+        toolchain.problem.cache_clear()
 
 
 def test_new_enough_toolkit_in_cuda_home_passes(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_HOME", str(_fake_ptxas(tmp_path / "cuda-99.0", "99.0")))
-    forward.check_toolchain.cache_clear()
+    toolchain.problem.cache_clear()
     try:
-        forward.check_toolchain()
+        assert toolchain.problem() is None
     finally:
-        forward.check_toolchain.cache_clear()
+        toolchain.problem.cache_clear()
 
 
 def test_missing_compiler_is_named(monkeypatch):
-    monkeypatch.setattr(forward, "_tileiras_path", lambda: None)
-    forward.check_toolchain.cache_clear()
+    monkeypatch.setattr(toolchain, "_tileiras_path", lambda: None)
+    toolchain.problem.cache_clear()
     try:
-        with pytest.raises(RuntimeError, match=r"tileiras.*pip install 'cuda-tile\[tileiras\]'"):
-            forward.check_toolchain()
+        assert re.search(r"tileiras.*pip install 'cuda-tile\[tileiras\]'", toolchain.problem())
     finally:
-        forward.check_toolchain.cache_clear()
+        toolchain.problem.cache_clear()
 
 
 def test_cpu_tensors_are_refused_by_the_kernels_wrapper():
     x = torch.randn(1, 8, 2, 4)
     with pytest.raises(ValueError, match="is on cpu; move the inputs to a CUDA device"):
-        forward.check_inputs(
+        cutile_ssd.check_inputs(
             x,
             torch.rand(1, 8, 2),
             -torch.ones(2),
@@ -74,7 +73,17 @@ def test_cpu_tensors_are_refused_by_the_kernels_wrapper():
             None,
             None,
             None,
+            "reference",
         )
+
+
+def test_bad_backward_name_is_refused():
+    x = torch.randn(1, 8, 2, 4)
+    args = (torch.rand(1, 8, 2), -torch.ones(2), torch.randn(1, 8, 1, 4), torch.randn(1, 8, 1, 4))
+    with pytest.raises(ValueError, match="needs the cutile backend"):
+        import kernels
+
+        kernels.ssd(x, *args, 16, backend="torch", backward="cutile")
 
 
 def test_backward_op_equals_reference_autograd():
@@ -92,14 +101,14 @@ def test_backward_op_equals_reference_autograd():
     ]
     dy, dfinal = torch.randn(b, l, h, p), torch.randn(b, h, p, n)
     x, dt, A, B, C, D, bias, init = inputs
-    grads = cutile_function.ssd_bwd(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init)
+    grads = cutile_ssd.ssd_bwd(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init, "reference")
     leaves = [t.clone().requires_grad_(True) for t in inputs]
     y, s = ssd_chunked(*leaves[:5], 16, leaves[5], leaves[6], True, leaves[7])
     expected = torch.autograd.grad((y, s), leaves, (dy, dfinal))
     for got, want in zip(grads, expected):
         torch.testing.assert_close(got, want)
         assert got.is_contiguous()
-    absent = cutile_function.ssd_bwd(dy, dfinal, x, dt, A, B, C, 16, None, None, True, None)
+    absent = cutile_ssd.ssd_bwd(dy, None, x, dt, A, B, C, 16, None, None, True, None, "reference")
     assert absent[5].numel() == absent[6].numel() == absent[7].numel() == 0
 
 

@@ -15,59 +15,14 @@ import torch
 
 import kernels
 from kernels.reference import ssd_recurrent
+from kernels.testing import random_inputs
+from tests.gpu_common import CUTILE, SEEDS, TOL, rel_err, run
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(
-        kernels.unavailable_reason("cutile", "cuda") is not None,
-        reason=f"cutile backend unavailable: {kernels.unavailable_reason('cutile', 'cuda')}",
-    ),
-]
-
-SEEDS = {torch.bfloat16: 100000, torch.float16: 200000, torch.float32: 300000}
-TOL = {torch.bfloat16: 1.5e-2, torch.float16: 4e-3, torch.float32: 3e-3}
+pytestmark = CUTILE
 
 
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    out, ref = out.double(), ref.double()
-    assert torch.isfinite(out).all(), "non-finite values in output"
-    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-
-
-def make_inputs(b, l, h, p, g, n, dtype, *, seed, dt_bias=True, D=True, init=False, device="cuda"):
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-
-    def r(*shape, scale=1.0):
-        return (torch.randn(*shape, generator=gen) * scale).to(device)
-
-    return dict(
-        x=r(b, l, h, p).to(dtype),
-        dt=(r(b, l, h, scale=0.5) - 1.0).to(dtype),
-        A=-torch.exp(r(h, scale=0.5)),
-        B=r(b, l, g, n, scale=n**-0.5).to(dtype),
-        C=r(b, l, g, n, scale=n**-0.5).to(dtype),
-        D=r(h) if D else None,
-        dt_bias=r(h, scale=0.5) if dt_bias else None,
-        initial_states=r(b, h, p, n) if init else None,
-    )
-
-
-def run(inputs, chunk, backend, **kw):
-    return kernels.ssd(
-        inputs["x"],
-        inputs["dt"],
-        inputs["A"],
-        inputs["B"],
-        inputs["C"],
-        chunk,
-        D=inputs["D"],
-        dt_bias=inputs["dt_bias"],
-        dt_softplus=True,
-        initial_states=inputs["initial_states"],
-        return_final_states=True,
-        backend=backend,
-        **kw,
-    )
+def make_inputs(b, l, h, p, g, n, dtype, *, seed, device="cuda", **kw):
+    return random_inputs(b, l, h, p, g, n, dtype, seed=seed, device=device, **kw)
 
 
 def oracle(inputs):

@@ -1,8 +1,8 @@
-"""Ahead-of-time compilation of the three SSD kernels to cubins, with no GPU present.
+"""Ahead-of-time compilation of every SSD kernel (forward and backward) to cubins, with no GPU present.
 
 CI runs `export_all("sm_90")` and `export_all("sm_100")`, so a kernel that stops compiling for
 Hopper or Blackwell fails CI. Each kernel is compiled for the specializations the SSD launches:
-chunk sizes 64/128/256, bf16/fp16/fp32 inputs, with and without the optional inputs.
+chunk sizes 64/128/256 (backward: 64/128), bf16/fp16/fp32 inputs, with and without the optional inputs.
 
     python -m kernels.cutile.aot sm_90 sm_100
 """
@@ -17,6 +17,9 @@ from collections.abc import Iterator
 import cuda.tile as ct
 from cuda.tile import compilation as ctc
 
+from kernels.cutile.bwd_dbc import bwd_dbc_kernel
+from kernels.cutile.bwd_dx import bwd_dx_kernel
+from kernels.cutile.bwd_pass_state import bwd_pass_state_kernel
 from kernels.cutile.chunk_cumsum import chunk_cumsum_kernel
 from kernels.cutile.compute_out import compute_out_kernel
 from kernels.cutile.fwd_pass_state import fwd_pass_state_kernel
@@ -78,13 +81,49 @@ def signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
             )
 
 
+def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
+    """(label, kernel, signature) for the backward kernels' specializations."""
+    f32 = ct.float32
+    i32 = ctc.ScalarConstraint(ct.int32)
+    for name in ("bfloat16", "float32"):  # float16 takes the bfloat16 code path
+        dtype, tf32 = DTYPES[name], name == "float32"
+        for chunk, tile_p, tile_n, flag in ((64, 64, 64, True), (128, 64, 128, False)):
+            yield (
+                f"bwd_pass_state[{name},Q={chunk},dfinal={flag}]",
+                bwd_pass_state_kernel,
+                _signature(
+                    [_array(dtype, 4), _array(dtype, 4), _array(f32, 3), _array(f32, 4), _array(f32, 5)]
+                    + [_array(f32, 4), 8, 8, chunk, 32, 64, flag, tf32, 4]
+                ),
+            )
+            yield (
+                f"bwd_dx[{name},Q={chunk},P={tile_p},N={tile_n},D={flag}]",
+                bwd_dx_kernel,
+                _signature(
+                    [_array(dtype, 4)] * 4
+                    + [_array(f32, 3), _array(f32, 3), _array(f32, 5), _array(f32, 1), _array(dtype, 4)]
+                    + [_array(f32, 3)] * 3
+                    + [8, 4, chunk, tile_p, tile_n, flag, tf32]
+                ),
+            )
+            yield (
+                f"bwd_dbc[{name},Q={chunk},P={tile_p},N={tile_n}]",
+                bwd_dbc_kernel,
+                _signature(
+                    [_array(dtype, 4)] * 4
+                    + [_array(f32, 3), _array(f32, 3), _array(f32, 5), _array(f32, 5), _array(dtype, 4)]
+                    + [_array(dtype, 4), _array(f32, 3), i32, 2, chunk, tile_p, tile_n, tf32]
+                ),
+            )
+
+
 def export_all(gpu_code: str) -> dict[str, int]:
     """Compile every specialization for `gpu_code` ("sm_90", "sm_100", ...): label -> cubin bytes.
 
     Raises RuntimeError naming the kernel and specialization that failed to compile.
     """
     sizes = {}
-    for label, kernel, sig in signatures():
+    for label, kernel, sig in (*signatures(), *backward_signatures()):
         buf = io.BytesIO()
         try:
             ctc.export_kernel(kernel, [sig], buf, gpu_code=gpu_code, output_format="cubin")

@@ -1,8 +1,9 @@
 """Stage 1 of the SSD forward in cuTile: dt processing and the per-chunk cumulative sum of dt * A.
 
-Reference: `kernels.reference.chunk_cumsum`. Differences, both for the consumers' sake:
-  * outputs are [batch, head, token] (token contiguous), one row of c * Q tokens per (batch, head);
-  * dA_cumsum is in log2 units (multiplied by log2(e)) so later stages use exp2.
+Reference: `kernels.reference.chunk_cumsum`; the host function `chunk_cumsum` takes and returns what
+the reference does: dt_out and dA_cumsum (b, h, c, Q) float32, dA_cumsum in natural-log units. The
+kernel writes them as one row of c * Q tokens per (batch, head), the same memory. Later stages scale
+dA_cumsum by log2(e) where they load it and use exp2.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from dataclasses import dataclass
 import cuda.tile as ct
 import torch
 
-LOG2E = math.log2(math.e)
+from kernels.cutile.launch import launch
+
+LOG2E = math.log2(math.e)  # the later stages' exp(v) = exp2(v * LOG2E)
 SOFTPLUS_THRESHOLD = 20.0  # as torch.nn.functional.softplus: identity above it
 
 ConstInt = ct.Constant[int]
@@ -26,7 +29,7 @@ def chunk_cumsum_kernel(
     A,  # (h,) float32
     dt_bias,  # (h,) float32 (ignored unless HAS_BIAS)
     dt_out,  # (b, h, c * Q) float32
-    dA_cumsum,  # (b, h, c * Q) float32, log2 units
+    dA_cumsum,  # (b, h, c * Q) float32
     seqlen: int,
     Q: ConstInt,
     TILE_H: ConstInt,
@@ -50,7 +53,7 @@ def chunk_cumsum_kernel(
     token = ci * Q + ct.arange(Q, dtype=ct.int32).reshape((Q, 1))
     d = ct.where(token < seqlen, d, 0.0)
     a = ct.load(A, index=(hj,), shape=(TILE_H,), padding_mode=ct.PaddingMode.ZERO).reshape((1, TILE_H))
-    g = ct.cumsum(d * (a * LOG2E), axis=0)
+    g = ct.cumsum(d * a, axis=0)
     ct.store(dt_out, index=(bi, hj, ci), tile=ct.transpose(d).reshape((1, TILE_H, Q)))
     ct.store(dA_cumsum, index=(bi, hj, ci), tile=ct.transpose(g).reshape((1, TILE_H, Q)))
 
@@ -68,24 +71,35 @@ def search_space(nheads: int) -> list[CumsumConfig]:
     return [CumsumConfig(th) for th in (1, 2, 4, 8, 16) if th <= top]
 
 
-def spec(
-    cfg: CumsumConfig,
+def chunk_cumsum(
     dt: torch.Tensor,
     A: torch.Tensor,
-    dt_bias: torch.Tensor | None,
-    dt_softplus: bool,
-    dt_out: torch.Tensor,
-    dA_cumsum: torch.Tensor,
     chunk_size: int,
-) -> tuple[tuple[int, ...], object, tuple]:
-    """(grid, kernel, args) of stage 1 writing dt_out and dA_cumsum, both (b, h, c * Q) float32.
+    dt_bias: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stage 1 on the GPU. Same contract as `kernels.reference.chunk_cumsum`.
 
-    dt: (b, l, h) any float dtype; A, dt_bias: (h,) float32.
+    Args:
+        dt: (b, l, h) raw time steps, any float dtype.  A, dt_bias: (h,).
+    Returns:
+        dt_out: (b, h, c, Q) float32 processed dt, 0 on padding tokens.
+        dA_cumsum: (b, h, c, Q) float32 cumulative sum of dt_out * A along each chunk.
     """
     b, seqlen, h = dt.shape
-    nchunks = dt_out.shape[-1] // chunk_size
-    th = min(cfg.TILE_H, 1 << (h - 1).bit_length())
-    grid = (b, nchunks, -(-h // th))
-    bias = A if dt_bias is None else dt_bias
-    args = (dt, A, bias, dt_out, dA_cumsum, seqlen, chunk_size, th, dt_bias is not None, dt_softplus)
-    return grid, chunk_cumsum_kernel, args
+    nchunks = -(-seqlen // chunk_size)
+    dt_out = torch.empty((b, h, nchunks * chunk_size), device=dt.device, dtype=torch.float32)
+    dA_cumsum = torch.empty_like(dt_out)
+    A32 = A.to(torch.float32).contiguous()
+    bias32 = A32 if dt_bias is None else dt_bias.to(torch.float32).contiguous()
+
+    def spec(cfg: CumsumConfig) -> tuple[tuple[int, ...], object, tuple]:
+        th = min(cfg.TILE_H, 1 << (h - 1).bit_length())
+        grid = (b, nchunks, -(-h // th))
+        args = (dt, A32, bias32, dt_out, dA_cumsum, seqlen, chunk_size, th, dt_bias is not None, dt_softplus)
+        return grid, chunk_cumsum_kernel, args
+
+    key = f"b{b}_l{seqlen}_h{h}_Q{chunk_size}_{str(dt.dtype)[6:]}"
+    launch("chunk_cumsum", key, CumsumConfig(), lambda: search_space(h), spec, dt.device)
+    shape = (b, h, nchunks, chunk_size)
+    return dt_out.view(shape), dA_cumsum.view(shape)

@@ -1,12 +1,13 @@
 """Stage 3 of the SSD forward in cuTile: every token's output.
 
-Reference: `kernels.reference.compute_out`. One program per (batch·head, block of TILE_T tokens,
+Reference: `kernels.reference.compute_out`, whose contract the host function `compute_out` keeps (y is
+returned in x's dtype). One program per (batch·head, block of TILE_T tokens,
 head-dim tile). For its rows t it accumulates, in registers,
-    acc  = exp2(G_t) * (C_t · S_chunkᵀ)                                    carried state
-    acc += sum over column blocks s <= t of  (C_t B_sᵀ ∘ exp2(G_t - G_s) ∘ [t >= s] ∘ dt_s) x_s
+    acc  = exp(G_t) * (C_t · S_chunkᵀ)                                    carried state
+    acc += sum over column blocks s <= t of  (C_t B_sᵀ ∘ exp(G_t - G_s) ∘ [t >= s] ∘ dt_s) x_s
     y    = acc + D x_t
 The TILE_T × TILE_T interaction tile never leaves registers; the causal mask comes from comparing
-token indices, applied before exp2 so nothing above the diagonal can overflow. The product with
+token indices, applied before the exponential so nothing above the diagonal can overflow. The product with
 x runs on TF32 operands with fp32 accumulation; y is stored in the input dtype.
 With TILE_T = Q a program holds the whole chunk (the seed's layout); smaller TILE_T bounds the
 registers for Q = 256 and skips the blocks above the diagonal.
@@ -20,6 +21,9 @@ from dataclasses import dataclass
 import cuda.tile as ct
 import torch
 
+from kernels.cutile.chunk_cumsum import LOG2E
+from kernels.cutile.launch import launch, next_pow2, shape_key
+
 ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
 ZERO = ct.PaddingMode.ZERO
@@ -31,7 +35,7 @@ def compute_out_kernel(
     B,  # (b, l, g, n)
     C,  # (b, l, g, n)
     dt_out,  # (b, h, c * Q) float32
-    dA_cumsum,  # (b, h, c * Q) float32, log2 units
+    dA_cumsum,  # (b, h, c * Q) float32
     chunk_states,  # (b, c, h, p, n) float32
     D,  # (h,) float32 (ignored unless HAS_D)
     y,  # (b, l, h, p), written
@@ -55,7 +59,7 @@ def compute_out_kernel(
     k = tb // blocks_per_chunk  # chunk
     first = k * blocks_per_chunk  # first token block of the chunk
 
-    g_t = ct.load(dA_cumsum, index=(bi, hi, tb), shape=(1, 1, TILE_T), latency=2).reshape((TILE_T, 1))
+    g_t = ct.load(dA_cumsum, index=(bi, hi, tb), shape=(1, 1, TILE_T), latency=2).reshape((TILE_T, 1)) * LOG2E
     c_t = ct.load(C, index=(bi, tb, gi, 0), shape=(1, TILE_T, 1, TILE_N), padding_mode=ZERO, latency=LATENCY).reshape(
         (TILE_T, TILE_N)
     )
@@ -64,7 +68,7 @@ def compute_out_kernel(
     )
     c_tf = c_t.astype(ct.tfloat32)
 
-    # Carried state: exp2(G_t) * C_t · Sᵀ, S the state entering chunk k.
+    # Carried state: exp(G_t) * C_t · Sᵀ, S the state entering chunk k.
     s = ct.load(
         chunk_states, index=(bi, k, hi, pj, 0), shape=(1, 1, 1, TILE_P, TILE_N), padding_mode=ZERO, latency=2
     ).reshape((TILE_P, TILE_N))
@@ -83,7 +87,7 @@ def compute_out_kernel(
         x_s = ct.load(
             x, index=(bi, sb, hi, pj), shape=(1, TILE_T, 1, TILE_P), padding_mode=ZERO, latency=LATENCY
         ).reshape((TILE_T, TILE_P))
-        g_s = ct.load(dA_cumsum, index=(bi, hi, sb), shape=(1, 1, TILE_T), latency=2).reshape((1, TILE_T))
+        g_s = ct.load(dA_cumsum, index=(bi, hi, sb), shape=(1, 1, TILE_T), latency=2).reshape((1, TILE_T)) * LOG2E
         d_s = ct.load(dt_out, index=(bi, hi, sb), shape=(1, 1, TILE_T), latency=2).reshape((1, TILE_T))
         if TF32_CB:
             b_mm = b_s.astype(ct.tfloat32)
@@ -128,40 +132,37 @@ def _kernel(occupancy: int):
     return compute_out_kernel.replace_hints(occupancy=occupancy)
 
 
-def spec(
-    cfg: OutConfig,
+def compute_out(
     x: torch.Tensor,
     B: torch.Tensor,
     C: torch.Tensor,
     dt_out: torch.Tensor,
     dA_cumsum: torch.Tensor,
     chunk_states: torch.Tensor,
-    D: torch.Tensor | None,
-    y: torch.Tensor,
-    chunk_size: int,
-) -> tuple[tuple[int, ...], object, tuple]:
-    """(grid, kernel, args) of stage 3 writing y (b, l, h, p)."""
+    D: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Stage 3 on the GPU. Same contract as `kernels.reference.compute_out`, y in x's dtype.
+
+    Args:
+        x: (b, l, h, p).  B, C: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) float32.
+        chunk_states: (b, c, h, p, n) float32 from `fwd_pass_state`.  D: (h,) or None.
+    Returns:
+        y: (b, l, h, p) in x's dtype.
+    """
     b, seqlen, h, p = x.shape
     g, n = B.shape[-2:]
-    tile_t = min(cfg.TILE_T, chunk_size)
-    grid = (b * h, -(-seqlen // tile_t), -(-p // cfg.TILE_P))
-    args = (
-        x,
-        B,
-        C,
-        dt_out,
-        dA_cumsum,
-        chunk_states,
-        dt_out if D is None else D,
-        y,
-        h,
-        h // g,
-        chunk_size,
-        tile_t,
-        cfg.TILE_P,
-        1 << (n - 1).bit_length(),
-        D is not None,
-        x.dtype == torch.float32,
-        cfg.latency,
-    )
-    return grid, _kernel(cfg.occupancy), args
+    _, _, nchunks, chunk_size = dt_out.shape
+    y = torch.empty((b, seqlen, h, p), device=x.device, dtype=x.dtype)
+    D32 = None if D is None else D.to(torch.float32).contiguous()
+    rows = (b, h, nchunks * chunk_size)
+
+    def spec(cfg: OutConfig) -> tuple[tuple[int, ...], object, tuple]:
+        tile_t = min(cfg.TILE_T, chunk_size)
+        grid = (b * h, -(-seqlen // tile_t), -(-p // cfg.TILE_P))
+        args = (x, B, C, dt_out.view(rows), dA_cumsum.view(rows), chunk_states, dt_out if D32 is None else D32, y)
+        args += (h, h // g, chunk_size, tile_t, cfg.TILE_P, next_pow2(n, 1), D is not None, x.dtype == torch.float32)
+        return grid, _kernel(cfg.occupancy), (*args, cfg.latency)
+
+    key = shape_key(x, B, chunk_size)
+    launch("compute_out", key, OutConfig(), lambda: search_space(chunk_size, p), spec, x.device)
+    return y

@@ -1,9 +1,10 @@
 """Stage 2 of the SSD forward in cuTile: the state entering every chunk, and the final state.
 
-Reference: `kernels.reference.fwd_pass_state`. One program per (batch, head, head-dim tile, state tile)
+Reference: `kernels.reference.fwd_pass_state`, whose contract the host function `fwd_pass_state` keeps.
+One program per (batch, head, head-dim tile, state tile)
 walks the chunks in order: it stores the state entering chunk k (float32), then jumps over the chunk
-in one step: the old state decays by exp2(G_end) and one ct.mma adds all Q tokens,
-    state = exp2(G_end) * state + xᵀ (B * exp2(G_end - G) * dt)        (TILE_P, Q) @ (Q, TILE_N).
+in one step: the old state decays by exp(G_end) and one ct.mma adds all Q tokens,
+    state = exp(G_end) * state + xᵀ (B * exp(G_end - G) * dt)        (TILE_P, Q) @ (Q, TILE_N).
 Sequential steps: number of chunks, not number of tokens.
 """
 
@@ -15,6 +16,9 @@ from dataclasses import dataclass
 import cuda.tile as ct
 import torch
 
+from kernels.cutile.chunk_cumsum import LOG2E
+from kernels.cutile.launch import launch, shape_key
+
 ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
 ZERO = ct.PaddingMode.ZERO
@@ -25,7 +29,7 @@ def fwd_pass_state_kernel(
     x,  # (b, l, h, p)
     B,  # (b, l, g, n)
     dt_out,  # (b, h, c * Q) float32
-    dA_cumsum,  # (b, h, c * Q) float32, log2 units
+    dA_cumsum,  # (b, h, c * Q) float32
     initial_states,  # (b, h, p, n) float32 (ignored unless HAS_INIT)
     chunk_states,  # (b, c, h, p, n) float32, written
     final_state,  # (b, h, p, n) float32, written
@@ -53,7 +57,7 @@ def fwd_pass_state_kernel(
     nchunks = chunk_states.shape[1]
     for k in range(nchunks):
         ct.store(chunk_states, index=(bi, k, hi, pj, nj), tile=state.reshape((1, 1, 1, TILE_P, TILE_N)))
-        g = ct.load(dA_cumsum, index=(bi, hi, k), shape=(1, 1, Q), latency=2).reshape((Q, 1))
+        g = ct.load(dA_cumsum, index=(bi, hi, k), shape=(1, 1, Q), latency=2).reshape((Q, 1)) * LOG2E
         d = ct.load(dt_out, index=(bi, hi, k), shape=(1, 1, Q), latency=2).reshape((Q, 1))
         xk = ct.load(x, index=(bi, k, hi, pj), shape=(1, Q, 1, TILE_P), padding_mode=ZERO, latency=LATENCY).reshape(
             (Q, TILE_P)
@@ -102,37 +106,35 @@ def _kernel(occupancy: int):
     return fwd_pass_state_kernel.replace_hints(occupancy=occupancy)
 
 
-def spec(
-    cfg: StateConfig,
+def fwd_pass_state(
     x: torch.Tensor,
     B: torch.Tensor,
     dt_out: torch.Tensor,
     dA_cumsum: torch.Tensor,
-    initial_states: torch.Tensor | None,
-    chunk_states: torch.Tensor,
-    final_state: torch.Tensor,
-    chunk_size: int,
-) -> tuple[tuple[int, ...], object, tuple]:
-    """(grid, kernel, args) of stage 2 writing chunk_states (b, c, h, p, n) and final_state (b, h, p, n)."""
+    initial_states: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stage 2 on the GPU. Same contract as `kernels.reference.fwd_pass_state`.
+
+    Args:
+        x: (b, l, h, p).  B: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) float32 from `chunk_cumsum`.
+        initial_states: (b, h, p, n) or None.
+    Returns:
+        chunk_states: (b, c, h, p, n) float32, the state entering each chunk.  final_state: (b, h, p, n) float32.
+    """
     b, _, h, p = x.shape
     g, n = B.shape[-2:]
-    grid = (b * h, -(-p // cfg.TILE_P), -(-n // cfg.TILE_N))
-    init = final_state if initial_states is None else initial_states
-    args = (
-        x,
-        B,
-        dt_out,
-        dA_cumsum,
-        init,
-        chunk_states,
-        final_state,
-        h,
-        h // g,
-        chunk_size,
-        cfg.TILE_P,
-        cfg.TILE_N,
-        initial_states is not None,
-        x.dtype == torch.float32,
-        cfg.latency,
-    )
-    return grid, _kernel(cfg.occupancy), args
+    _, _, nchunks, chunk_size = dt_out.shape
+    chunk_states = torch.empty((b, nchunks, h, p, n), device=x.device, dtype=torch.float32)
+    final_state = torch.empty((b, h, p, n), device=x.device, dtype=torch.float32)
+    init = final_state if initial_states is None else initial_states.to(torch.float32).contiguous()
+    rows = (b, h, nchunks * chunk_size)
+
+    def spec(cfg: StateConfig) -> tuple[tuple[int, ...], object, tuple]:
+        grid = (b * h, -(-p // cfg.TILE_P), -(-n // cfg.TILE_N))
+        args = (x, B, dt_out.view(rows), dA_cumsum.view(rows), init, chunk_states, final_state, h, h // g)
+        args += (chunk_size, cfg.TILE_P, cfg.TILE_N, initial_states is not None, x.dtype == torch.float32, cfg.latency)
+        return grid, _kernel(cfg.occupancy), args
+
+    key = shape_key(x, B, chunk_size)
+    launch("fwd_pass_state", key, StateConfig(), lambda: search_space(p, n), spec, x.device)
+    return chunk_states, final_state

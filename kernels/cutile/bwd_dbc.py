@@ -1,0 +1,142 @@
+"""Backward stage 3 in cuTile: dB, dC and the decay-gradient terms that need the chunk state, per (chunk, group).
+
+Reference: `kernels.reference_backward.bwd_dbc`, whose contract the host function keeps. One program per
+(batch·group, chunk) loops over the heads of its group, accumulating in fp32 registers
+    dCB_Σ += (dy xᵀ) ∘ L ∘ dt_s                    the intra-chunk score gradient, summed over the heads
+    dC    += exp(G) ∘ (dy S)                       S the state entering the chunk (fwd_pass_state)
+    dB    += (exp(G_end − G) dt) ∘ (x Ĝ)            Ĝ the gradient of the state leaving it (bwd_pass_state)
+and per head stores da_inter_j = Σ_{t>=j} q_t + exp(G_end) <Ĝ, S>, q_t = C_t · (exp(G_t) S dy_t).
+After the heads: dC += dCB_Σ B and dB += dCB_Σᵀ C, two more products (C·Bᵀ is shared by the group).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import cuda.tile as ct
+import torch
+
+from kernels.cutile.chunk_cumsum import LOG2E
+from kernels.cutile.launch import launch, next_pow2, shape_key
+
+ConstInt = ct.Constant[int]
+ConstBool = ct.Constant[bool]
+ZERO = ct.PaddingMode.ZERO
+TF = ct.tfloat32
+
+
+@ct.kernel
+def bwd_dbc_kernel(
+    x,  # (b, l, h, p)
+    dy,  # (b, l, h, p)
+    B,  # (b, l, g, n)
+    C,  # (b, l, g, n)
+    dt_out,  # (b, h, c * Q) float32
+    dA_cumsum,  # (b, h, c * Q) float32
+    chunk_states,  # (b, c, h, p, n) float32
+    dstates,  # (b, c, h, p, n) float32
+    dB,  # (b, l, g, n), written
+    dC,  # (b, l, g, n), written
+    da_inter,  # (b, h, c * Q) float32, written
+    heads_per_group: int,  # a run-time bound: the head loop stays a loop
+    NGROUPS: ConstInt,
+    Q: ConstInt,
+    TILE_P: ConstInt,
+    TILE_N: ConstInt,
+    TF32: ConstBool,
+):
+    bg = ct.bid(0)
+    bi = bg // NGROUPS
+    gi = bg % NGROUPS
+    k = ct.bid(1)
+    bk = ct.load(B, index=(bi, k, gi, 0), shape=(1, Q, 1, TILE_N), padding_mode=ZERO).reshape((Q, TILE_N))
+    ck = ct.load(C, index=(bi, k, gi, 0), shape=(1, Q, 1, TILE_N), padding_mode=ZERO).reshape((Q, TILE_N))
+    c32 = ck.astype(ct.float32)
+    causal = ct.arange(Q, dtype=ct.int32).reshape((Q, 1)) >= ct.arange(Q, dtype=ct.int32).reshape((1, Q))
+    dcb = ct.zeros((Q, Q), dtype=ct.float32)
+    dc_acc = ct.zeros((Q, TILE_N), dtype=ct.float32)
+    db_acc = ct.zeros((Q, TILE_N), dtype=ct.float32)
+    for j in range(heads_per_group):
+        hi = gi * heads_per_group + j
+        xk = ct.load(x, index=(bi, k, hi, 0), shape=(1, Q, 1, TILE_P), padding_mode=ZERO).reshape((Q, TILE_P))
+        dyk = ct.load(dy, index=(bi, k, hi, 0), shape=(1, Q, 1, TILE_P), padding_mode=ZERO).reshape((Q, TILE_P))
+        g = ct.load(dA_cumsum, index=(bi, hi, k), shape=(1, 1, Q)).reshape((Q, 1)) * LOG2E
+        d = ct.load(dt_out, index=(bi, hi, k), shape=(1, 1, Q)).reshape((Q, 1))
+        state = ct.load(
+            chunk_states, index=(bi, k, hi, 0, 0), shape=(1, 1, 1, TILE_P, TILE_N), padding_mode=ZERO
+        ).reshape((TILE_P, TILE_N))
+        grad = ct.load(dstates, index=(bi, k, hi, 0, 0), shape=(1, 1, 1, TILE_P, TILE_N), padding_mode=ZERO).reshape(
+            (TILE_P, TILE_N)
+        )
+        g_end = ct.extract(g, index=(Q - 1, 0), shape=(1, 1))
+        decay = ct.exp2(ct.where(causal, g - g.reshape((1, Q)), -float("inf")))
+        if TF32:
+            scores = ct.mma(dyk.astype(TF), ct.transpose(xk.astype(TF)), ct.zeros((Q, Q), dtype=ct.float32))
+        else:
+            scores = ct.mma(dyk, ct.transpose(xk), ct.zeros((Q, Q), dtype=ct.float32))
+        dcb = dcb + scores * decay * d.reshape((1, Q))
+        inter = ct.mma(dyk.astype(TF), state.astype(TF), ct.zeros((Q, TILE_N), dtype=ct.float32)) * ct.exp2(g)
+        dc_acc = dc_acc + inter
+        q = ct.sum(c32 * inter, axis=1, keepdims=True)  # (Q, 1)
+        into_state = ct.mma(xk.astype(TF), grad.astype(TF), ct.zeros((Q, TILE_N), dtype=ct.float32))
+        db_acc = db_acc + into_state * (ct.exp2(g_end - g) * d)
+        passing = ct.exp2(g_end) * ct.sum(grad * state, keepdims=True)  # (1, 1)
+        da = ct.cumsum(q, axis=0, reverse=True) + passing
+        ct.store(da_inter, index=(bi, hi, k), tile=da.reshape((1, 1, Q)))
+    dcb_tf = dcb.astype(TF)
+    dc_acc = ct.mma(dcb_tf, bk.astype(TF), dc_acc)
+    db_acc = ct.mma(ct.transpose(dcb_tf), ck.astype(TF), db_acc)
+    ct.store(dC, index=(bi, k, gi, 0), tile=dc_acc.astype(dC.dtype).reshape((1, Q, 1, TILE_N)))
+    ct.store(dB, index=(bi, k, gi, 0), tile=db_acc.astype(dB.dtype).reshape((1, Q, 1, TILE_N)))
+
+
+@dataclass(frozen=True)
+class DbcConfig:
+    """Occupancy of one bwd_dbc launch (the tile is the whole chunk)."""
+
+    occupancy: int = 1
+
+
+def search_space() -> list[DbcConfig]:
+    return [DbcConfig(occ) for occ in (1, 2)]
+
+
+@functools.cache
+def _kernel(occupancy: int):
+    return bwd_dbc_kernel.replace_hints(occupancy=occupancy)
+
+
+def bwd_dbc(
+    x: torch.Tensor,
+    dy: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    dt_out: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    chunk_states: torch.Tensor,
+    dstates: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Backward stage 3 on the GPU. Same contract as `kernels.reference_backward.bwd_dbc`, dB and dC in B's dtype.
+
+    Args:
+        x, dy: (b, l, h, p).  B, C: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) float32.
+        chunk_states, dstates: (b, c, h, p, n) float32 from `fwd_pass_state` and `bwd_pass_state`.
+    Returns:
+        dB, dC: (b, l, g, n) in B's dtype.  da_inter: (b, h, c, Q) float32.
+    """
+    b, _, h, p = x.shape
+    g, n = B.shape[-2:]
+    _, _, nchunks, chunk_size = dt_out.shape
+    dB = torch.empty_like(B, memory_format=torch.contiguous_format)
+    dC = torch.empty_like(C, memory_format=torch.contiguous_format)
+    da_inter = torch.empty_like(dt_out)
+    rows = (b, h, nchunks * chunk_size)
+
+    def spec(cfg: DbcConfig) -> tuple[tuple[int, ...], object, tuple]:
+        args = (x, dy, B, C, dt_out.view(rows), dA_cumsum.view(rows), chunk_states, dstates, dB, dC)
+        args += (da_inter.view(rows), h // g, g, chunk_size, next_pow2(p), next_pow2(n), x.dtype == torch.float32)
+        return (b * g, nchunks), _kernel(cfg.occupancy), args
+
+    launch("bwd_dbc", shape_key(x, B, chunk_size), DbcConfig(), search_space, spec, x.device)
+    return dB, dC, da_inter

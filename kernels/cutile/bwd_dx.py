@@ -1,0 +1,151 @@
+"""Backward stage 2 in cuTile: dx, dD and the state-free parts of the decay gradient, per (chunk, head).
+
+Reference: `kernels.reference_backward.bwd_dx`, whose contract the host function keeps. One program
+per (batch·head, chunk) holds the whole chunk (Q tokens, all of p and n) in registers:
+    CB  = C Bᵀ,  L[t, s] = exp(G_t − G_s) [s <= t] (masked before the exponential),  K = CB ∘ L
+    dx̃  = Kᵀ dy + e ∘ (B Ĝᵀ)               e_s = exp(G_end − G_s), Ĝ the state gradient from bwd_pass_state
+    dx  = dt ∘ dx̃ + D dy;   ddt_dir = rows of x ∘ dx̃;   r = dt ∘ rows of x ∘ (e ∘ B Ĝᵀ)
+    R   = (dy xᵀ) ∘ L ∘ dt_s ∘ CB
+    da_intra_j = Σ_{t>=j} Σ_{s<j} R[t, s] + Σ_{s<j} r_s        (stable: nothing summed is later subtracted)
+Products of raw inputs run on the input dtype (TF32 for float32 inputs); products with an fp32-formed
+operand (K, Ĝ) on TF32; everything summed accumulates in fp32.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import cuda.tile as ct
+import torch
+
+from kernels.cutile.chunk_cumsum import LOG2E
+from kernels.cutile.launch import launch, next_pow2, shape_key
+
+ConstInt = ct.Constant[int]
+ConstBool = ct.Constant[bool]
+ZERO = ct.PaddingMode.ZERO
+TF = ct.tfloat32
+
+
+@ct.kernel
+def bwd_dx_kernel(
+    x,  # (b, l, h, p)
+    dy,  # (b, l, h, p)
+    B,  # (b, l, g, n)
+    C,  # (b, l, g, n)
+    dt_out,  # (b, h, c * Q) float32
+    dA_cumsum,  # (b, h, c * Q) float32
+    dstates,  # (b, c, h, p, n) float32
+    D,  # (h,) float32 (ignored unless HAS_D)
+    dx,  # (b, l, h, p), written
+    ddt_dir,  # (b, h, c * Q) float32, written
+    da_intra,  # (b, h, c * Q) float32, written
+    dD_part,  # (b, c, h) float32, written: Σ over the chunk of dy · x
+    NHEADS: ConstInt,
+    HEADS_PER_GROUP: ConstInt,
+    Q: ConstInt,
+    TILE_P: ConstInt,
+    TILE_N: ConstInt,
+    HAS_D: ConstBool,
+    TF32: ConstBool,
+):
+    bh = ct.bid(0)
+    bi = bh // NHEADS
+    hi = bh % NHEADS
+    gi = hi // HEADS_PER_GROUP
+    k = ct.bid(1)
+    xk = ct.load(x, index=(bi, k, hi, 0), shape=(1, Q, 1, TILE_P), padding_mode=ZERO).reshape((Q, TILE_P))
+    dyk = ct.load(dy, index=(bi, k, hi, 0), shape=(1, Q, 1, TILE_P), padding_mode=ZERO).reshape((Q, TILE_P))
+    bk = ct.load(B, index=(bi, k, gi, 0), shape=(1, Q, 1, TILE_N), padding_mode=ZERO).reshape((Q, TILE_N))
+    ck = ct.load(C, index=(bi, k, gi, 0), shape=(1, Q, 1, TILE_N), padding_mode=ZERO).reshape((Q, TILE_N))
+    g = ct.load(dA_cumsum, index=(bi, hi, k), shape=(1, 1, Q)).reshape((Q, 1)) * LOG2E
+    d = ct.load(dt_out, index=(bi, hi, k), shape=(1, 1, Q)).reshape((Q, 1))
+    grad = ct.load(dstates, index=(bi, k, hi, 0, 0), shape=(1, 1, 1, TILE_P, TILE_N), padding_mode=ZERO).reshape(
+        (TILE_P, TILE_N)
+    )
+    g_row = g.reshape((1, Q))
+    d_row = d.reshape((1, Q))
+    g_end = ct.extract(g, index=(Q - 1, 0), shape=(1, 1))
+    causal = ct.arange(Q, dtype=ct.int32).reshape((Q, 1)) >= ct.arange(Q, dtype=ct.int32).reshape((1, Q))
+    decay = ct.exp2(ct.where(causal, g - g_row, -float("inf")))  # L[t, s]
+    if TF32:
+        x_mm, dy_mm, b_mm, c_mm = xk.astype(TF), dyk.astype(TF), bk.astype(TF), ck.astype(TF)
+    else:
+        x_mm, dy_mm, b_mm, c_mm = xk, dyk, bk, ck
+    cb = ct.mma(c_mm, ct.transpose(b_mm), ct.zeros((Q, Q), dtype=ct.float32))  # [t, s]
+    x32 = xk.astype(ct.float32)
+    dy32 = dyk.astype(ct.float32)
+
+    # The state term first: r is read off it before the intra-chunk term joins the accumulator.
+    dxt = ct.mma(bk.astype(TF), ct.transpose(grad.astype(TF)), ct.zeros((Q, TILE_P), dtype=ct.float32))
+    dxt = dxt * ct.exp2(g_end - g)
+    r = d * ct.sum(x32 * dxt, axis=1, keepdims=True)  # (Q, 1)
+    dxt = ct.mma(ct.transpose(cb * decay).astype(TF), dyk.astype(TF), dxt)
+    out = d * dxt
+    if HAS_D:
+        out = out + ct.load(D, index=(hi,), shape=(1,)).reshape((1, 1)) * dy32
+    ct.store(dx, index=(bi, k, hi, 0), tile=out.astype(dx.dtype).reshape((1, Q, 1, TILE_P)))
+    ct.store(ddt_dir, index=(bi, hi, k), tile=ct.sum(x32 * dxt, axis=1).reshape((1, 1, Q)))
+    ct.store(dD_part, index=(bi, k, hi), tile=ct.sum(dy32 * x32, keepdims=True).reshape((1, 1, 1)))
+
+    scores = ct.mma(dy_mm, ct.transpose(x_mm), ct.zeros((Q, Q), dtype=ct.float32))  # [t, s] = dy_t · x_s
+    pairs = scores * decay * d_row * cb  # R
+    straddling = ct.cumsum(pairs, axis=1) - pairs  # [t, j] = Σ_{s<j} R[t, s]
+    term1 = ct.sum(ct.where(causal, straddling, 0.0), axis=0).reshape((Q, 1))
+    term2 = ct.cumsum(r, axis=0) - r
+    ct.store(da_intra, index=(bi, hi, k), tile=(term1 + term2).reshape((1, 1, Q)))
+
+
+@dataclass(frozen=True)
+class DxConfig:
+    """Occupancy of one bwd_dx launch (the tile is the whole chunk)."""
+
+    occupancy: int = 1
+
+
+def search_space() -> list[DxConfig]:
+    return [DxConfig(occ) for occ in (1, 2)]
+
+
+@functools.cache
+def _kernel(occupancy: int):
+    return bwd_dx_kernel.replace_hints(occupancy=occupancy)
+
+
+def bwd_dx(
+    x: torch.Tensor,
+    dy: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    dt_out: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    dstates: torch.Tensor,
+    D: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Backward stage 2 on the GPU. Same contract as `kernels.reference_backward.bwd_dx`, dx in x's dtype.
+
+    Args:
+        x, dy: (b, l, h, p).  B, C: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) float32.
+        dstates: (b, c, h, p, n) float32 from `bwd_pass_state`.  D: (h,) or None.
+    Returns:
+        dx: (b, l, h, p) in x's dtype.  ddt_dir, da_intra: (b, h, c, Q) float32.  dD: (h,) float32 or None.
+    """
+    b, _, h, p = x.shape
+    g, n = B.shape[-2:]
+    _, _, nchunks, chunk_size = dt_out.shape
+    dx = torch.empty_like(x, memory_format=torch.contiguous_format)
+    ddt_dir = torch.empty_like(dt_out)
+    da_intra = torch.empty_like(dt_out)
+    dD_part = torch.empty((b, nchunks, h), device=x.device, dtype=torch.float32)
+    D32 = dt_out if D is None else D.to(torch.float32).contiguous()
+    rows = (b, h, nchunks * chunk_size)
+    outs = (dx, ddt_dir.view(rows), da_intra.view(rows), dD_part)
+
+    def spec(cfg: DxConfig) -> tuple[tuple[int, ...], object, tuple]:
+        args = (x, dy, B, C, dt_out.view(rows), dA_cumsum.view(rows), dstates, D32, *outs, h, h // g, chunk_size)
+        args += (next_pow2(p), next_pow2(n), D is not None, x.dtype == torch.float32)
+        return (b * h, nchunks), _kernel(cfg.occupancy), args
+
+    launch("bwd_dx", shape_key(x, B, chunk_size), DxConfig(), search_space, spec, x.device)
+    return dx, ddt_dir, da_intra, None if D is None else dD_part.sum((0, 1))

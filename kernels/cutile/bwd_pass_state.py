@@ -1,0 +1,136 @@
+"""Backward stage 1 in cuTile: the gradient of every chunk's state, walking the chunks backwards.
+
+Reference: `kernels.reference_backward.bwd_pass_state`, whose contract the host function keeps. The
+mirror of fwd_pass_state: one program per (batch, head, head-dim tile, state tile) starts from the
+gradient arriving on the final state (or 0) and walks the chunks from the last: it stores Ĝ_k (the
+gradient of the state leaving chunk k), then steps over the chunk with one ct.mma,
+    G = exp(G_end) * G + (dy * exp(G))ᵀ C        (TILE_P, Q) @ (Q, TILE_N),
+and stores G after chunk 0 as the gradient of the initial state.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import cuda.tile as ct
+import torch
+
+from kernels.cutile.chunk_cumsum import LOG2E
+from kernels.cutile.launch import launch, shape_key
+
+ConstInt = ct.Constant[int]
+ConstBool = ct.Constant[bool]
+ZERO = ct.PaddingMode.ZERO
+
+
+@ct.kernel
+def bwd_pass_state_kernel(
+    dy,  # (b, l, h, p)
+    C,  # (b, l, g, n)
+    dA_cumsum,  # (b, h, c * Q) float32
+    dfinal_state,  # (b, h, p, n) float32 (ignored unless HAS_DFINAL)
+    dstates,  # (b, c, h, p, n) float32, written
+    dinitial_states,  # (b, h, p, n) float32, written
+    NHEADS: ConstInt,
+    HEADS_PER_GROUP: ConstInt,
+    Q: ConstInt,
+    TILE_P: ConstInt,
+    TILE_N: ConstInt,
+    HAS_DFINAL: ConstBool,
+    TF32: ConstBool,
+    LATENCY: ConstInt,
+):
+    bh = ct.bid(0)
+    bi = bh // NHEADS
+    hi = bh % NHEADS
+    gi = hi // HEADS_PER_GROUP
+    pj = ct.bid(1)
+    nj = ct.bid(2)
+    if HAS_DFINAL:
+        grad = ct.load(dfinal_state, index=(bi, hi, pj, nj), shape=(1, 1, TILE_P, TILE_N), padding_mode=ZERO).reshape(
+            (TILE_P, TILE_N)
+        )
+    else:
+        grad = ct.zeros((TILE_P, TILE_N), dtype=ct.float32)
+    nchunks = dstates.shape[1]
+    for step in range(nchunks):
+        k = nchunks - 1 - step
+        ct.store(dstates, index=(bi, k, hi, pj, nj), tile=grad.reshape((1, 1, 1, TILE_P, TILE_N)))
+        g = ct.load(dA_cumsum, index=(bi, hi, k), shape=(1, 1, Q), latency=2).reshape((Q, 1)) * LOG2E
+        dyk = ct.load(dy, index=(bi, k, hi, pj), shape=(1, Q, 1, TILE_P), padding_mode=ZERO, latency=LATENCY).reshape(
+            (Q, TILE_P)
+        )
+        ck = ct.load(C, index=(bi, k, gi, nj), shape=(1, Q, 1, TILE_N), padding_mode=ZERO, latency=LATENCY).reshape(
+            (Q, TILE_N)
+        )
+        g_end = ct.extract(g, index=(Q - 1, 0), shape=(1, 1))
+        # C scaled by each token's decay from the chunk start; operands as in fwd_pass_state.
+        cw = ck.astype(ct.float32) * ct.exp2(g)
+        if TF32:
+            dyt = ct.transpose(dyk.astype(ct.tfloat32))
+            cw = cw.astype(ct.tfloat32)
+        else:
+            dyt = ct.transpose(dyk)
+            cw = cw.astype(dyk.dtype)
+        grad = ct.mma(dyt, cw, grad * ct.exp2(g_end))
+    ct.store(dinitial_states, index=(bi, hi, pj, nj), tile=grad.reshape((1, 1, TILE_P, TILE_N)))
+
+
+@dataclass(frozen=True)
+class PassConfig:
+    """Block sizes and occupancy of one bwd_pass_state launch."""
+
+    TILE_P: int = 32
+    TILE_N: int = 64
+    latency: int = 4
+    occupancy: int = 2
+
+
+def search_space(headdim: int, dstate: int) -> list[PassConfig]:
+    """Configurations worth timing for this head dim and state dim."""
+    return [
+        PassConfig(tp, tn, 4, occ)
+        for tp in (16, 32, 64)
+        for tn in (32, 64, 128)
+        for occ in (1, 2, 4)
+        if tp <= max(16, headdim) and tn <= max(32, dstate)
+    ]
+
+
+@functools.cache
+def _kernel(occupancy: int):
+    return bwd_pass_state_kernel.replace_hints(occupancy=occupancy)
+
+
+def bwd_pass_state(
+    dy: torch.Tensor,
+    C: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    dfinal_state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Backward stage 1 on the GPU. Same contract as `kernels.reference_backward.bwd_pass_state`.
+
+    Args:
+        dy: (b, l, h, p).  C: (b, l, g, n).  dA_cumsum: (b, h, c, Q) float32.  dfinal_state: (b, h, p, n) or None.
+    Returns:
+        dstates: (b, c, h, p, n) float32, the gradient of the state leaving each chunk.
+        dinitial_states: (b, h, p, n) float32.
+    """
+    b, _, h, p = dy.shape
+    g, n = C.shape[-2:]
+    _, _, nchunks, chunk_size = dA_cumsum.shape
+    dstates = torch.empty((b, nchunks, h, p, n), device=dy.device, dtype=torch.float32)
+    dinit = torch.empty((b, h, p, n), device=dy.device, dtype=torch.float32)
+    dfinal = dinit if dfinal_state is None else dfinal_state.to(torch.float32).contiguous()
+    rows = (b, h, nchunks * chunk_size)
+
+    def spec(cfg: PassConfig) -> tuple[tuple[int, ...], object, tuple]:
+        grid = (b * h, -(-p // cfg.TILE_P), -(-n // cfg.TILE_N))
+        args = (dy, C, dA_cumsum.view(rows), dfinal, dstates, dinit, h, h // g, chunk_size, cfg.TILE_P, cfg.TILE_N)
+        args += (dfinal_state is not None, dy.dtype == torch.float32, cfg.latency)
+        return grid, _kernel(cfg.occupancy), args
+
+    key = shape_key(dy, C, chunk_size)
+    launch("bwd_pass_state", key, PassConfig(), lambda: search_space(p, n), spec, dy.device)
+    return dstates, dinit

@@ -1,0 +1,49 @@
+"""Launching one cuTile stage: choose its configuration (kernels.cutile.tuning), launch it on the inputs'
+device and that device's current stream, and turn a compile failure into an error naming the stage."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import cuda.tile as ct
+import torch
+
+from kernels.cutile import tuning
+
+T = TypeVar("T")
+Spec = Callable[[Any], tuple[tuple[int, ...], Any, tuple]]
+
+
+def shape_key(x: torch.Tensor, B: torch.Tensor, chunk_size: int) -> str:
+    """The tuning key of an SSD shape: x (b, l, h, p), B (b, l, g, n), chunk size, input dtype."""
+    b, seqlen, h, p = x.shape
+    g, n = B.shape[-2:]
+    return f"b{b}_l{seqlen}_h{h}_p{p}_g{g}_n{n}_Q{chunk_size}_{str(x.dtype)[6:]}"
+
+
+def launch(name: str, key: str, default: T, space: Callable[[], Sequence[T]], spec: Spec, device: torch.device) -> T:
+    """Launch stage `name` with the configuration tuning chooses for `key`; returns that configuration.
+
+    Args:
+        default: the configuration used when tuning is off and nothing is cached.
+        space: the candidates tuning times (built only when it runs).
+        spec: configuration -> (grid, kernel, args).
+    """
+    with torch.cuda.device(device):
+        cfg = tuning.choose(name, key, default, space, device, spec)
+        grid, kernel, args = spec(cfg)
+        try:
+            ct.launch(torch.cuda.current_stream(device), grid, kernel, args)
+        except Exception as e:
+            hint = ""
+            if os.environ.get("CUDA_HOME"):
+                hint = f" CUDA_HOME={os.environ['CUDA_HOME']} is set: tileiras may be using its older ptxas."
+            raise RuntimeError(f"cuTile kernel {name} failed for {key}, config {cfg}: {e}.{hint}") from e
+    return cfg
+
+
+def next_pow2(v: int, floor: int = 16) -> int:
+    """The tile extent covering `v` elements: a power of two, at least `floor`."""
+    return max(floor, 1 << (v - 1).bit_length())

@@ -1,0 +1,252 @@
+"""The cuTile SSD as a differentiable PyTorch op: the stages composed, forward and backward.
+
+    forward   chunk_cumsum -> fwd_pass_state -> compute_out                  (as kernels.reference.ssd_chunked)
+    backward  "reference": autograd through kernels.reference.ssd_chunked   (the design this project measures)
+              "cutile":    chunk_cumsum -> fwd_pass_state (recomputed) -> bwd_pass_state -> bwd_dx -> bwd_dbc
+                           -> chunk_cumsum_bwd                              (as kernels.reference_backward)
+
+Only the inputs are saved for the backward; the chunk states are recomputed there. Both directions are
+`torch.library.custom_op`s with fake implementations and an autograd registration, so
+`torch.compile(model, fullgraph=True)` traces through them as single nodes.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from kernels import reference
+from kernels.cutile.bwd_dbc import bwd_dbc
+from kernels.cutile.bwd_dx import bwd_dx
+from kernels.cutile.bwd_pass_state import bwd_pass_state
+from kernels.cutile.chunk_cumsum import chunk_cumsum
+from kernels.cutile.compute_out import compute_out
+from kernels.cutile.fwd_pass_state import fwd_pass_state
+from kernels.reference_backward import chunk_cumsum_bwd
+
+BACKWARDS = ("reference", "cutile")
+SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+SUPPORTED_CHUNKS = (16, 32, 64, 128, 256)
+BACKWARD_CHUNKS = (16, 32, 64, 128)  # the backward holds a chunk x chunk tile per program
+MAX_DIM = 256  # head dim and state dim: one tile each
+
+
+def check_inputs(
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    chunk_size: int,
+    D: Tensor | None,
+    dt_bias: Tensor | None,
+    initial_states: Tensor | None,
+    backward: str,
+) -> None:
+    """Raise ValueError for inputs the kernels cannot take as they are (shapes are checked by kernels.ssd)."""
+    tensors = {"x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "dt_bias": dt_bias, "initial_states": initial_states}
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if not t.is_cuda:
+            raise ValueError(f"cutile backend: {name} is on {t.device}; move the inputs to a CUDA device")
+        if t.device != x.device:
+            raise ValueError(f"cutile backend: {name} is on {t.device} but x is on {x.device}")
+    for name, t in (("x", x), ("B", B), ("C", C), ("dt", dt)):
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise ValueError(f"cutile backend: {name} has dtype {t.dtype}; supported: bfloat16, float16, float32")
+        if t.stride(-1) != 1:
+            raise ValueError(
+                f"cutile backend: {name} has stride {t.stride(-1)} along its last dim; the kernels read it "
+                f"in rows and would need a copy. Pass {name}.contiguous()."
+            )
+    if not (x.dtype == B.dtype == C.dtype):
+        raise ValueError(
+            f"cutile backend: x, B, C must share a dtype, got {x.dtype}, {B.dtype}, {C.dtype}; cast them to one"
+        )
+    if chunk_size not in SUPPORTED_CHUNKS:
+        raise ValueError(f"cutile backend: chunk_size {chunk_size} not supported; use one of {SUPPORTED_CHUNKS}")
+    if backward not in BACKWARDS:
+        raise ValueError(f"cutile backend: backward must be one of {', '.join(BACKWARDS)}, got {backward!r}")
+    if backward == "cutile" and chunk_size not in BACKWARD_CHUNKS:
+        raise ValueError(
+            f"cutile backward: chunk_size {chunk_size} not supported; use one of {BACKWARD_CHUNKS}, "
+            "or backward='reference'"
+        )
+    p, n = x.shape[-1], B.shape[-1]
+    if p > MAX_DIM or n > MAX_DIM:
+        raise ValueError(f"cutile backend: head dim {p} and state dim {n} must be at most {MAX_DIM}")
+
+
+def ssd_forward(
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    chunk_size: int,
+    D: Tensor | None = None,
+    dt_bias: Tensor | None = None,
+    dt_softplus: bool = False,
+    initial_states: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The three forward stages on the GPU: y (b, l, h, p) in x's dtype, final_state (b, h, p, n) float32."""
+    dt_out, dA_cumsum = chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
+    chunk_states, final_state = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
+    y = compute_out(x, B, C, dt_out, dA_cumsum, chunk_states, D)
+    return y, final_state
+
+
+def ssd_backward(
+    dy: Tensor,
+    dfinal_state: Tensor | None,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    chunk_size: int,
+    D: Tensor | None = None,
+    dt_bias: Tensor | None = None,
+    dt_softplus: bool = False,
+    initial_states: Tensor | None = None,
+) -> tuple[Tensor | None, ...]:
+    """The backward passes on the GPU: dx, ddt, dA, dB, dC, dD, ddt_bias, dinitial_states (None for absent inputs).
+
+    dx, dB, dC come in their inputs' dtypes; the rest in float32.
+    """
+    dt_out, dA_cumsum = chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
+    chunk_states, _ = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
+    dstates, dinit = bwd_pass_state(dy, C, dA_cumsum, dfinal_state)
+    dx, ddt_dir, da_intra, dD = bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D)
+    dB, dC, da_inter = bwd_dbc(x, dy, B, C, dt_out, dA_cumsum, chunk_states, dstates)
+    ddt, dA, dbias = chunk_cumsum_bwd(ddt_dir, da_intra + da_inter, dt_out, A, x.shape[1], dt_softplus, dt_bias)
+    return dx, ddt, dA, dB, dC, dD, dbias, None if initial_states is None else dinit
+
+
+@torch.library.custom_op("mamba2_cutile::ssd_fwd", mutates_args=(), device_types="cuda")
+def ssd_fwd(
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    chunk_size: int,
+    D: Tensor | None,
+    dt_bias: Tensor | None,
+    dt_softplus: bool,
+    initial_states: Tensor | None,
+    backward: str,
+) -> tuple[Tensor, Tensor]:
+    """cuTile forward: y (b, l, h, p) in x's dtype, final_state (b, h, p, n) float32.
+
+    `backward` ("reference" or "cutile") chooses how its gradient is computed.
+    """
+    return ssd_forward(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states)
+
+
+@ssd_fwd.register_fake
+def _ssd_fwd_fake(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, backward):
+    b, _, h, p = x.shape
+    n = B.shape[-1]
+    return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty((b, h, p, n), dtype=torch.float32)
+
+
+_AUTOGRAD_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.AutogradFunctionality) | torch._C.DispatchKeySet(
+    torch._C.DispatchKey.ADInplaceOrView
+)
+
+
+def _reference_grads(dy, dfinal, x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states):
+    """The gradients by differentiating kernels.reference.ssd_chunked (recomputed) with autograd."""
+    inputs = [x, dt, A, B, C, D, dt_bias, initial_states]
+    leaves = [None if t is None else t.detach().requires_grad_(True) for t in inputs]
+    # A custom op's body runs below the autograd dispatch keys; let autograd record the recomputation.
+    excluded = torch._C._dispatch_tls_local_exclude_set() - _AUTOGRAD_KEYS
+    autograd_on = torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded)
+    with autograd_on, torch.enable_grad(), torch.autocast(x.device.type, enabled=False):
+        lx, ldt, lA, lB, lC, lD, lbias, linit = leaves
+        y, final = reference.ssd_chunked(lx, ldt, lA, lB, lC, chunk_size, lD, lbias, dt_softplus, linit)
+        present = [t for t in leaves if t is not None]
+        grads = iter(torch.autograd.grad((y, final), present, (dy.to(y.dtype), dfinal), allow_unused=True))
+    return [None if t is None else next(grads) for t in leaves]
+
+
+@torch.library.custom_op("mamba2_cutile::ssd_bwd", mutates_args=())
+def ssd_bwd(
+    dy: Tensor,
+    dfinal: Tensor | None,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    chunk_size: int,
+    D: Tensor | None,
+    dt_bias: Tensor | None,
+    dt_softplus: bool,
+    initial_states: Tensor | None,
+    backward: str,
+) -> list[Tensor]:
+    """Gradients [dx, ddt, dA, dB, dC, dD, ddt_bias, dinitial_states], each in its input's dtype and layout
+    (contiguous); an absent optional input gets an empty tensor in its place."""
+    args = (dy, dfinal, x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states)
+    if backward == "cutile":
+        grads = ssd_backward(dy.contiguous(), *args[1:])
+    else:
+        if dfinal is None:
+            dfinal = x.new_zeros(x.shape[:1] + x.shape[2:] + B.shape[-1:], dtype=torch.float32)
+        grads = _reference_grads(dy, dfinal, *args[2:])
+    out = []
+    for t, gt in zip((x, dt, A, B, C, D, dt_bias, initial_states), grads):
+        if t is None:
+            out.append(x.new_empty(0))
+        elif gt is None:  # an input the output does not depend on
+            out.append(torch.zeros_like(t, memory_format=torch.contiguous_format))
+        else:
+            out.append(gt.to(t.dtype).contiguous())
+    return out
+
+
+@ssd_bwd.register_fake
+def _ssd_bwd_fake(dy, dfinal, x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, backward):
+    inputs = [x, dt, A, B, C, D, dt_bias, initial_states]
+    return [x.new_empty(0) if t is None else t.new_empty(t.shape) for t in inputs]
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, backward = inputs
+    ctx.chunk_size, ctx.dt_softplus, ctx.backward = chunk_size, dt_softplus, backward
+    ctx.save_for_backward(x, dt, A, B, C, D, dt_bias, initial_states)
+
+
+def _backward(ctx, dy: Tensor | None, dfinal: Tensor | None):
+    x, dt, A, B, C, D, dt_bias, initial_states = ctx.saved_tensors
+    if dy is None:
+        dy = torch.zeros_like(x)
+    dx, ddt, dA, dB, dC, dD, dbias, dinit = ssd_bwd(
+        dy, dfinal, x, dt, A, B, C, ctx.chunk_size, D, dt_bias, ctx.dt_softplus, initial_states, ctx.backward
+    )
+    optional = (None if D is None else dD, None if dt_bias is None else dbias)
+    return dx, ddt, dA, dB, dC, None, *optional, None, None if initial_states is None else dinit, None
+
+
+torch.library.register_autograd("mamba2_cutile::ssd_fwd", _backward, setup_context=_setup_context)
+
+
+def ssd_cutile(
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    chunk_size: int,
+    D: Tensor | None = None,
+    dt_bias: Tensor | None = None,
+    dt_softplus: bool = False,
+    initial_states: Tensor | None = None,
+    backward: str = "reference",
+) -> tuple[Tensor, Tensor]:
+    """The cutile backend of `kernels.ssd`: checks the inputs, then runs the differentiable op."""
+    check_inputs(x, dt, A, B, C, chunk_size, D, dt_bias, initial_states, backward)
+    return ssd_fwd(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, backward)

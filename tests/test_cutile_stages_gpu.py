@@ -1,0 +1,92 @@
+"""Every cuTile stage against its reference stage, forward and backward, on the end-to-end shape grid.
+
+Each stage gets the same inputs as its reference stage (upstream quantities from the float64
+reference, rounded as the kernels receive them) and is compared with that stage in float64.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from kernels import reference
+from kernels import reference_backward as ref_bwd
+from kernels.cutile.bwd_dbc import bwd_dbc
+from kernels.cutile.bwd_dx import bwd_dx
+from kernels.cutile.bwd_pass_state import bwd_pass_state
+from kernels.cutile.chunk_cumsum import chunk_cumsum
+from kernels.cutile.compute_out import compute_out
+from kernels.cutile.fwd_pass_state import fwd_pass_state
+from kernels.testing import random_inputs
+from tests.gpu_common import CUTILE, SEEDS, TOL, rel_err
+
+pytestmark = CUTILE
+F64 = torch.float64
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+# The end-to-end grid: 3 dtypes x chunk 64/128/256 x head dim 64/128 x state 64/128; b 2, h 4, g 2.
+GRID = list(itertools.product(DTYPES, (64, 128, 256), (64, 128), (64, 128)))
+BACKWARD_GRID = [case for case in GRID if case[1] <= 128]
+IDS = lambda v: str(v).replace("torch.", "")
+
+
+def case(dtype, chunk, p, n, g=2):
+    """Inputs (rounded to dtype), their float64 copies, dy and dfinal, and the float64 forward stages."""
+    b, h, l = 2, 4, 2 * chunk + 37
+    t = random_inputs(b, l, h, p, g, n, dtype, seed=SEEDS[dtype] + chunk + p + n, device="cuda", init=True)
+    t64 = {k: None if v is None else v.to(F64) for k, v in t.items()}
+    gen = torch.Generator(device="cpu").manual_seed(chunk * p + n)
+    dy = torch.randn(b, l, h, p, generator=gen).to("cuda", dtype)
+    dfinal = torch.randn(b, h, p, n, generator=gen).cuda()
+    dt_out, dA = reference.chunk_cumsum(t64["dt"], t64["A"], chunk, t64["dt_bias"], True)
+    states, final = reference.fwd_pass_state(t64["x"], t64["B"], dt_out, dA, t64["initial_states"])
+    return t, t64, dy, dfinal, dt_out, dA, states, final
+
+
+def f32(*ts):
+    return [t.float() for t in ts]
+
+
+@pytest.mark.parametrize("dtype,chunk,p,n", GRID, ids=IDS)
+def test_forward_stages(dtype, chunk, p, n):
+    t, t64, _, _, dt_out, dA, states, final = case(dtype, chunk, p, n)
+    out, cumsum = chunk_cumsum(t["dt"], t["A"], chunk, t["dt_bias"], True)
+    assert out.shape == dt_out.shape and cumsum.shape == dA.shape
+    assert rel_err(out, dt_out) < 1e-6 and rel_err(cumsum, dA) < 1e-6
+    s, fin = fwd_pass_state(t["x"], t["B"], *f32(dt_out, dA, t64["initial_states"]))
+    assert rel_err(s, states) < TOL[dtype] and rel_err(fin, final) < TOL[dtype]
+    y = compute_out(t["x"], t["B"], t["C"], *f32(dt_out, dA, states, t64["D"]))
+    y64 = reference.compute_out(t64["x"], t64["B"], t64["C"], dt_out, dA, states, t64["D"])
+    assert y.dtype == dtype and rel_err(y, y64) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype,chunk,p,n", BACKWARD_GRID, ids=IDS)
+def test_backward_stages(dtype, chunk, p, n):
+    t, t64, dy, dfinal, dt_out, dA, states, _ = case(dtype, chunk, p, n)
+    dy64 = dy.to(F64)
+    dstates, dinit = ref_bwd.bwd_pass_state(dy64, t64["C"], dA, dfinal.to(F64))
+    got_dstates, got_dinit = bwd_pass_state(dy, t["C"], dA.float(), dfinal)
+    assert rel_err(got_dstates, dstates) < TOL[dtype] and rel_err(got_dinit, dinit) < TOL[dtype]
+
+    dx, ddt_dir, da_intra, dD = ref_bwd.bwd_dx(t64["x"], dy64, t64["B"], t64["C"], dt_out, dA, dstates, t64["D"])
+    got = bwd_dx(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA, dstates, t64["D"]))
+    assert got[0].dtype == dtype
+    for name, a, b in zip(("dx", "ddt_dir", "da_intra", "dD"), got, (dx, ddt_dir, da_intra, dD)):
+        assert rel_err(a, b) < TOL[dtype], name
+
+    dB, dC, da_inter = ref_bwd.bwd_dbc(t64["x"], dy64, t64["B"], t64["C"], dt_out, dA, states, dstates)
+    got = bwd_dbc(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA, states, dstates))
+    assert got[0].dtype == dtype and got[1].dtype == dtype
+    for name, a, b in zip(("dB", "dC", "da_inter"), got, (dB, dC, da_inter)):
+        assert rel_err(a, b) < TOL[dtype], name
+
+
+@pytest.mark.parametrize("g", [1, 4])
+def test_backward_stages_one_group_and_one_head_per_group(g):
+    t, t64, dy, dfinal, dt_out, dA, states, _ = case(torch.float32, 64, 64, 64, g=g)
+    dstates, _ = ref_bwd.bwd_pass_state(dy.to(F64), t64["C"], dA, dfinal.to(F64))
+    dB, dC, da_inter = ref_bwd.bwd_dbc(t64["x"], dy.to(F64), t64["B"], t64["C"], dt_out, dA, states, dstates)
+    got = bwd_dbc(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA, states, dstates))
+    for name, a, b in zip(("dB", "dC", "da_inter"), got, (dB, dC, da_inter)):
+        assert rel_err(a, b) < TOL[torch.float32], name
