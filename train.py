@@ -2,12 +2,12 @@
 
     python train.py --config configs/tiny.yaml
     python train.py --config configs/tiny.yaml --ckpt_path last              # resume
-    python train.py --config configs/small.yaml --model.ssd_backend cutile --trainer.devices 2 --trainer.strategy ddp
+    python train.py --config configs/small.yaml --model.config.ssd_backend cutile --trainer.devices 2 --trainer.strategy ddp
     python train.py --help                                                   # every key
 
 Keys: trainer.* (Lightning Trainer), model.* (lightning_modules.LanguageModel), data.*
 (data.TextDataModule), step_timer.* (lightning_modules.StepTimer), checkpoint.* (ModelCheckpoint),
-logging.* (loggers), ckpt_path. Unknown keys are errors. data.vocab_size sets model.vocab_size.
+logging.* (loggers), ckpt_path. Unknown keys are errors. data.vocab_size sets model.config.vocab_size.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class TrainCLI(LightningCLI):
         )
         parser.add_class_arguments(LoggingConfig, "logging")
         parser.add_argument("--ckpt_path", type=str | None, default=None, help="checkpoint to resume from, or 'last'")
-        parser.link_arguments("data.vocab_size", "model.vocab_size")
+        parser.link_arguments("data.vocab_size", "model.config.vocab_size")
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config

@@ -4,14 +4,19 @@
     time/forward_ms     batch start -> on_before_backward (zero_grad, training_step)
     time/backward_ms    on_before_backward -> on_after_backward (under DDP: with the overlapped all-reduce)
     time/optimizer_ms   on_after_backward -> batch end (clipping, optimizer step)
-    time/ssd_forward_ms, time/ssd_backward_ms   time inside kernels.ssd (see kernels.timing)
+    time/ssd_forward_ms, time/ssd_backward_ms   time inside kernels.ssd (eager only: see kernels.timing)
+    time/timer_host_ms  host time this callback spent in its hooks during the step (its own cost)
     throughput/tokens_per_s                     all ranks' tokens over the step time
-    perf/mfu            train FLOPs/token (lightning_modules.flops) x tokens/s over the GPUs' bf16 peak
+    perf/mfu            train FLOPs/token (lightning_modules.model.flops) x tokens/s over the GPUs' bf16 peak
     memory/peak_gib     peak allocated CUDA memory in the step (max over ranks)
     time/step_ms_max, time/step_ms_rank{r}      per-rank step times gathered, so a slow rank shows
-On CUDA the marks are events on the current stream, read with one synchronization at the end of
-the step; on CPU they are wall-clock readings. The first `warmup_steps` steps (compilation,
-autotuning) are logged as time/warmup_s and left out of the steady-state summary written at the end.
+
+The split is lightning_modules.measure.step.StepMarks. Its marks are read `lag` steps late (default
+one): the host waits for step N-1's last event after queueing step N, so the GPU is never left idle
+by the measurement. Under DDP the per-rank times are gathered every `gather_every` steps (a gather is
+a synchronization). Records are logged with the step they belong to. The first `warmup_steps` steps
+(compilation, autotuning) are logged as time/warmup_s and left out of the steady-state summary
+written at the end.
 """
 
 from __future__ import annotations
@@ -27,25 +32,39 @@ from lightning.pytorch.callbacks import Callback
 
 import kernels
 from kernels.timing import Mark
-from lightning_modules.environment import environment
-from lightning_modules.flops import peak_tflops, train_flops_per_token
+from lightning_modules.measure.environment import environment, peak_tflops
+from lightning_modules.measure.step import Lagged, StepMarks
+from lightning_modules.model.flops import train_flops_per_token
 
 
 class StepTimer(Callback):
-    def __init__(self, warmup_steps: int = 3, summary_file: str = "step_times.json", peak_tflops: float | None = None):
+    def __init__(
+        self,
+        warmup_steps: int = 3,
+        summary_file: str = "step_times.json",
+        peak_tflops: float | None = None,
+        lag: int = 1,
+        gather_every: int = 20,
+    ):
         """
         Args:
             warmup_steps: first steps reported as warm-up (compilation, autotuning), not steady state.
             summary_file: steady-state medians, written into the trainer's root dir at the end of fit.
             peak_tflops: per-GPU dense bf16 peak for MFU; None picks it from the GPU name when known.
+            lag: read each step's marks this many steps later (0: at once, synchronizing every step).
+            gather_every: under DDP, gather the ranks' step times every this many steps.
         """
+        if warmup_steps < 0 or gather_every < 1:
+            raise ValueError(f"need warmup_steps >= 0 and gather_every >= 1, got {warmup_steps}, {gather_every}")
         self.warmup_steps = warmup_steps
         self.summary_file = summary_file
         self.peak = peak_tflops
+        self.lag = lag
+        self.gather_every = gather_every
         self.steps: list[dict[str, float]] = []
         self.warmup_s = 0.0
-        self._marks: dict[str, Mark] = {}
 
+    # -- hooks: place the marks ---------------------------------------------------------------------
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.peak is None and pl_module.device.type == "cuda":
             self.peak = peak_tflops(torch.cuda.get_device_name(pl_module.device))
@@ -53,10 +72,16 @@ class StepTimer(Callback):
         kernels.ssd_timer.enabled = True
         self.steps.clear()
         self.warmup_s = 0.0
-        self._seen = 0
+        self._queue = Lagged(self.lag)
+        self._ungathered: list[tuple[int, dict[str, float]]] = []
+        self._marks: StepMarks | None = None
+        self._first: Mark | None = None
+        self._count = 0
+        self._host_s = 0.0
         env = environment()
+        device = pl_module.device
         run_info = {
-            "ssd_backend_used": pl_module.model.backend,
+            "ssd_backend_used": kernels.resolve(pl_module.config.ssd_backend, device.type, device.index),
             "versions": {k: env.get(k) for k in ("torch", "triton", "cuda_tile", "mamba_ssm", "lightning", "gpu")},
             "world_size": trainer.world_size,
             "train_flops_per_token": self.flops_per_token,
@@ -65,64 +90,97 @@ class StepTimer(Callback):
         for logger in trainer.loggers:
             logger.log_hyperparams(run_info)
 
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        t = time.perf_counter()
+        self._marks = StepMarks(pl_module.device)
+        self._step = trainer.global_step
+        self._tokens = batch["input_ids"][:, 1:].numel() * trainer.world_size
+        if self._first is None:
+            self._first = self._marks.marks["start"]
+        self._host_s += time.perf_counter() - t
+
+    def on_before_backward(self, trainer, pl_module, loss) -> None:
+        t = time.perf_counter()
+        self._marks.mark("forward")
+        self._host_s += time.perf_counter() - t
+
+    def on_after_backward(self, trainer, pl_module) -> None:
+        t = time.perf_counter()
+        self._marks.mark("backward")
+        self._host_s += time.perf_counter() - t
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        t = time.perf_counter()
+        marks, self._marks = self._marks, None
+        marks.end()
+        if not marks.complete:
+            return  # a skipped step (no loss returned)
+        info = {
+            "step": self._step,
+            "index": self._count,
+            "tokens": self._tokens,
+            "host_s": self._host_s,
+            "marks": marks,
+        }
+        self._count += 1
+        ready = self._queue.push(info, marks)
+        self._host_s = time.perf_counter() - t  # this hook's own time counts towards the next step
+        self._record(trainer, pl_module, ready)
+
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         kernels.ssd_timer.enabled = False
+        self._record(trainer, pl_module, self._queue.drain(), final=True)
         if trainer.is_global_zero and self.summary_file:
             path = Path(trainer.default_root_dir) / self.summary_file
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(self.summary(), indent=1) + "\n")
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        kernels.ssd_timer.reset()
-        if pl_module.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(pl_module.device)
-        self._wall = time.perf_counter()
-        self._marks = {"start": Mark(pl_module.device)}
-
-    def on_before_backward(self, trainer, pl_module, loss) -> None:
-        self._marks["forward"] = Mark(pl_module.device)
-
-    def on_after_backward(self, trainer, pl_module) -> None:
-        self._marks["backward"] = Mark(pl_module.device)
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        m = self._marks
-        m["end"] = Mark(pl_module.device)
-        m["end"].synchronize()
-        if "forward" not in m or "backward" not in m:
-            return  # a skipped step (no loss returned)
-        ssd_fwd, ssd_bwd = kernels.ssd_timer.totals_ms()
-        step_ms = m["start"].ms_until(m["end"])
-        tokens = batch["input_ids"][:, 1:].numel() * trainer.world_size
-        record = {
-            "time/step_ms": step_ms,
-            "time/forward_ms": m["start"].ms_until(m["forward"]),
-            "time/backward_ms": m["forward"].ms_until(m["backward"]),
-            "time/optimizer_ms": m["backward"].ms_until(m["end"]),
-            "time/ssd_forward_ms": ssd_fwd,
-            "time/ssd_backward_ms": ssd_bwd,
-            "throughput/tokens_per_s": tokens / (step_ms / 1e3),
-        }
-        if pl_module.device.type == "cuda":
-            record["memory/peak_gib"] = torch.cuda.max_memory_allocated(pl_module.device) / 2**30
-        if self.peak:
-            achieved = self.flops_per_token * record["throughput/tokens_per_s"]
-            record["perf/mfu"] = achieved / (self.peak * 1e12 * trainer.world_size)
+    # -- records: read late, gathered in batches, logged with their own step -----------------------
+    def _record(self, trainer, pl_module, ready: list, final: bool = False) -> None:
+        for info, split in ready:
+            record = {f"time/{k}": v for k, v in split.items() if k != "peak_gib"}
+            record["time/timer_host_ms"] = info["host_s"] * 1e3
+            record["throughput/tokens_per_s"] = info["tokens"] / (split["step_ms"] / 1e3)
+            if "peak_gib" in split:
+                record["memory/peak_gib"] = split["peak_gib"]
+            if self.peak:
+                achieved = self.flops_per_token * record["throughput/tokens_per_s"]
+                record["perf/mfu"] = achieved / (self.peak * 1e12 * trainer.world_size)
+            if info["index"] < self.warmup_steps:  # first start to this step's end, gaps included
+                self.warmup_s = self._first.ms_until(info["marks"].marks["end"]) / 1e3
+                record["time/warmup_s"] = self.warmup_s
+            else:
+                self.steps.append(record)
+            self._ungathered.append((info["step"], record))
         if trainer.world_size > 1:
-            per_rank = pl_module.all_gather(torch.tensor(step_ms, device=pl_module.device)).flatten().tolist()
-            record["time/step_ms_max"] = max(per_rank)
-            for r, v in enumerate(per_rank):
-                record[f"time/step_ms_rank{r}"] = v
-            if "memory/peak_gib" in record:
-                mem = pl_module.all_gather(torch.tensor(record["memory/peak_gib"], device=pl_module.device))
-                record["memory/peak_gib"] = float(mem.max())
-        self._seen += 1
-        if self._seen <= self.warmup_steps:
-            self.warmup_s += time.perf_counter() - self._wall
-            record["time/warmup_s"] = self.warmup_s
-        else:
-            self.steps.append(record)
-        pl_module.log_dict(record, on_step=True, on_epoch=False, rank_zero_only=True)
+            if not self._ungathered or (len(self._ungathered) < self.gather_every and not final):
+                return
+            self._gather(pl_module)
+        self._log(trainer)
+
+    def _gather(self, pl_module) -> None:
+        """Per-rank step times and the max peak memory of every buffered record, in one all_gather."""
+        records = [r for _, r in self._ungathered]
+        local = torch.tensor(
+            [[r["time/step_ms"], r.get("memory/peak_gib", 0.0)] for r in records],
+            device=pl_module.device,
+            dtype=torch.float64,
+        )
+        gathered = pl_module.all_gather(local).reshape(-1, len(records), 2).cpu()  # (ranks, steps, 2)
+        for i, r in enumerate(records):
+            per_rank = gathered[:, i, 0].tolist()
+            r["time/step_ms_max"] = max(per_rank)
+            for rank, v in enumerate(per_rank):
+                r[f"time/step_ms_rank{rank}"] = v
+            if "memory/peak_gib" in r:
+                r["memory/peak_gib"] = float(gathered[:, i, 1].max())
+
+    def _log(self, trainer) -> None:
+        if trainer.is_global_zero:
+            for step, record in self._ungathered:
+                for logger in trainer.loggers:
+                    logger.log_metrics(record, step=step)
+        self._ungathered.clear()
 
     def summary(self) -> dict[str, float]:
         """Steady-state medians of every metric, plus the warm-up seconds and the step count."""

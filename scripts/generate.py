@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from data.tokenizer import EOS
 from lightning_modules.language_model import LanguageModel
-from lightning_modules.mamba2 import Mamba2LM
+from lightning_modules.model.mamba2 import Mamba2LM
 
 
 def load(checkpoint: str | Path, device: str = "cpu") -> tuple[Mamba2LM, Tokenizer]:

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from lightning_modules.mamba2 import Mamba2Config, Mamba2LM
+from lightning_modules.model.mamba2 import Mamba2Config, Mamba2LM
 
 CFG = dict(vocab_size=97, d_model=32, n_layer=2, d_state=8, headdim=16, ngroups=2, chunk_size=8)
 

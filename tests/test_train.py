@@ -63,7 +63,7 @@ def test_offline_wandb_run_holds_the_step_time_metrics(finished_run):
         elif kind == "config":
             config_keys |= {item.key for item in record.config.update}
     assert STEP_METRICS | {"train/loss", "val/loss"} <= history_keys
-    assert {"ssd_backend_used", "versions", "ssd_backend", "d_model"} <= config_keys
+    assert {"ssd_backend_used", "versions", "config", "lr"} <= config_keys
 
 
 def test_interrupted_run_resumes_with_the_same_losses(tmp_path, corpus):
@@ -89,15 +89,15 @@ def test_interrupted_run_resumes_with_the_same_losses(tmp_path, corpus):
 
 def test_unknown_key_is_rejected(tmp_path, corpus, capsys):
     with pytest.raises(SystemExit):
-        train.main(tiny_args(tmp_path, corpus, "--model.d_modle=64"))
+        train.main(tiny_args(tmp_path, corpus, "--model.config.d_modle=64"))
     assert "d_modle" in capsys.readouterr().err
 
 
 def test_bad_backend_and_bad_corpus_are_named(tmp_path, corpus):
     with pytest.raises(ValueError, match="ssd_backend must be one of"):
-        train.main(tiny_args(tmp_path / "a", corpus, "--model.ssd_backend=fastest"))
+        train.main(tiny_args(tmp_path / "a", corpus, "--model.config.ssd_backend=fastest"))
     with pytest.raises(RuntimeError, match="SSD backend 'cutile' cannot run here"):
-        train.main(tiny_args(tmp_path / "b", corpus, "--model.ssd_backend=cutile", "--logging.wandb=false"))
+        train.main(tiny_args(tmp_path / "b", corpus, "--model.config.ssd_backend=cutile", "--logging.wandb=false"))
     with pytest.raises(FileNotFoundError, match="no/such/corpus"):
         train.main(tiny_args(tmp_path / "c", "no/such/corpus", "--logging.wandb=false"))
 

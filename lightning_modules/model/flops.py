@@ -10,17 +10,17 @@ plus the LM head 2 * d_model * vocab. A training step costs 3x the forward (back
 
 from __future__ import annotations
 
-from lightning_modules.mamba2 import Mamba2Config
-
-PEAK_BF16_TFLOPS = {"H200": 989.5, "H100": 989.5, "A100": 312.0}  # datasheet dense bf16
+from lightning_modules.model.mamba2 import Mamba2Config
 
 
 def ssd_flops_per_token(cfg: Mamba2Config) -> float:
+    """Forward FLOPs of one layer's SSD per token."""
     h, p, n, q = cfg.nheads, cfg.headdim, cfg.d_state, cfg.chunk_size
     return 2.0 * h * (q * n + q * p + 2 * p * n)
 
 
 def forward_flops_per_token(cfg: Mamba2Config) -> float:
+    """Forward FLOPs of the whole model per token (all layers and the LM head)."""
     gn = cfg.ngroups * cfg.d_state
     d_in_proj = 2 * cfg.d_inner + 2 * gn + cfg.nheads
     conv_dim = cfg.d_inner + 2 * gn
@@ -34,12 +34,5 @@ def forward_flops_per_token(cfg: Mamba2Config) -> float:
 
 
 def train_flops_per_token(cfg: Mamba2Config) -> float:
+    """Forward + backward FLOPs per token: 3x the forward."""
     return 3.0 * forward_flops_per_token(cfg)
-
-
-def peak_tflops(device_name: str) -> float | None:
-    """Dense bf16 peak of a known GPU (matched by name), else None."""
-    for key, value in PEAK_BF16_TFLOPS.items():
-        if key in device_name:
-            return value
-    return None

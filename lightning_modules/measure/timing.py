@@ -1,32 +1,19 @@
-"""What every benchmark here shares: the environment record, the timers, the ceilings, the JSON file.
+"""Timing GPU work for the benchmarks, two clocks, always both:
 
-Two clocks, always both:
   wall  CUDA events around each call, launch gaps included (what a training loop waits for);
   gpu   the sum of the kernels' own durations from torch.profiler (what the GPU spends working).
 The Triton SSD is host-bound below ~8k tokens on the H200, so the two can differ several-fold.
+Off a GPU, wall is the host clock and gpu is nan.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
-import sys
+import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
-
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from lightning_modules.environment import environment  # noqa: E402
-
-# As in train.py: float32 matmuls (the reference SSD, the cutile backward) may use TF32.
-torch.set_float32_matmul_precision("high")
-
-__all__ = ["available_backends", "ceilings", "environment", "gpu_kernel_ms", "summarize", "wall_ms", "write_json"]
 
 
 def summarize(samples: list[float]) -> dict[str, float]:
@@ -39,8 +26,6 @@ def summarize(samples: list[float]) -> dict[str, float]:
 def wall_ms(fn: Callable[[], Any], calls: int) -> float:
     """Mean milliseconds per call of `calls` back-to-back calls, CUDA events around the batch."""
     if not torch.cuda.is_available():
-        import time
-
         start = time.perf_counter()
         for _ in range(calls):
             fn()
@@ -91,25 +76,3 @@ def ceilings() -> dict[str, float]:
     b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     mm = min(wall_ms(lambda: a @ b, 10) for _ in range(3))
     return {"copy_GBps": 2 * n / ms / 1e6, "bf16_matmul_TFLOPs": 2 * 8192**3 / mm / 1e9}
-
-
-def available_backends(names: str, device: str) -> tuple[list[str], dict[str, str]]:
-    """Split comma-separated backend names into (those that run on `device`, {skipped: why}), saying why."""
-    import kernels
-
-    ok, skipped = [], {}
-    for name in names.split(","):
-        reason = kernels.unavailable_reason(name, device)
-        if reason is None:
-            ok.append(name)
-        else:
-            skipped[name] = reason
-            print(f"skipping backend {name}: {reason}", flush=True)
-    return ok, skipped
-
-
-def write_json(path: str | Path, payload: dict[str, Any]) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=1, default=str) + "\n")
-    return path

@@ -1,4 +1,4 @@
-"""The environment of a run or a measurement: GPU, driver, CUDA and package versions, host, date."""
+"""The machine a run or a measurement ran on: GPU, driver, CUDA and package versions, host, date; GPU peaks."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ import subprocess
 from typing import Any
 
 import torch
+
+import kernels
+
+PEAK_BF16_TFLOPS = {"H200": 989.5, "H100": 989.5, "A100": 312.0}  # datasheet dense bf16, per GPU
 
 
 def _version(module: str) -> str | None:
@@ -54,3 +58,24 @@ def environment() -> dict[str, Any]:
     else:
         env["gpu"] = None
     return env
+
+
+def peak_tflops(device_name: str) -> float | None:
+    """Dense bf16 peak TFLOP/s of a known GPU (matched by name, e.g. "NVIDIA H200"), else None."""
+    for key, value in PEAK_BF16_TFLOPS.items():
+        if key in device_name:
+            return value
+    return None
+
+
+def available_backends(names: str, device: str) -> tuple[list[str], dict[str, str]]:
+    """Split comma-separated SSD backend names into (those that run on `device`, {skipped: why}), saying why."""
+    ok, skipped = [], {}
+    for name in names.split(","):
+        reason = kernels.unavailable_reason(name, device)
+        if reason is None:
+            ok.append(name)
+        else:
+            skipped[name] = reason
+            print(f"skipping backend {name}: {reason}", flush=True)
+    return ok, skipped

@@ -5,7 +5,7 @@
 Mamba2Block (Dao & Gu, 2024):
     in_proj: d_model -> (z, xBC, dt)       z, x: d_inner = expand * d_model;  B, C: ngroups * d_state each
     xBC = SiLU(causal depthwise conv1d(xBC))
-    y   = SSD(x, dt, A, B, C, D, dt_bias)  via kernels.ssd (backend chosen by name)
+    y   = SSD(x, dt, A, B, C, D, dt_bias)  via kernels.ssd (backend and backward fixed by the config)
     y   = RMSNorm(y * SiLU(z)) per group;   out_proj: d_inner -> d_model
 
 `step` runs one token with a constant-size cache (conv window + SSM state) for generation.
@@ -27,6 +27,15 @@ from kernels.reference import process_dt, ssd_step
 
 @dataclass
 class Mamba2Config:
+    """Everything that defines the model: sizes, initialisation, and which SSD implementation runs it.
+
+    ssd_backend: "auto", "torch", "cutile" or "triton" (kernels.ssd; "auto" is resolved per device,
+        cutile on a CUDA GPU where it runs, else torch, and logged).
+    ssd_backward: the cutile backend's backward, "reference" (autograd through kernels/reference.py)
+        or "cutile" (the backward kernels); the other backends have one backward each.
+    vocab_size: train.py sets it from data.vocab_size.
+    """
+
     vocab_size: int = 4096
     d_model: int = 256
     n_layer: int = 4
@@ -41,6 +50,8 @@ class Mamba2Config:
     dt_init_floor: float = 1e-4
     A_init_range: tuple[float, float] = (1.0, 16.0)
     norm_eps: float = 1e-5
+    ssd_backend: str = "auto"
+    ssd_backward: str = "reference"
 
     @property
     def d_inner(self) -> int:
@@ -51,6 +62,17 @@ class Mamba2Config:
         return self.d_inner // self.headdim
 
     def validate(self) -> None:
+        """Raise ValueError naming the first inconsistent field."""
+        if self.ssd_backend not in (*kernels.BACKENDS, "auto"):
+            raise ValueError(
+                f"ssd_backend must be one of auto, {', '.join(kernels.BACKENDS)}; got {self.ssd_backend!r}"
+            )
+        if self.ssd_backward not in kernels.BACKWARDS:
+            raise ValueError(f"ssd_backward must be one of {', '.join(kernels.BACKWARDS)}; got {self.ssd_backward!r}")
+        if self.ssd_backward != "reference" and self.ssd_backend not in ("cutile", "auto"):
+            raise ValueError(
+                f"ssd_backward {self.ssd_backward!r} is the cutile backend's; ssd_backend is {self.ssd_backend!r}"
+            )
         if self.d_inner % self.headdim != 0:
             raise ValueError(f"expand * d_model = {self.d_inner} must be divisible by headdim = {self.headdim}")
         if self.nheads % self.ngroups != 0:
@@ -85,6 +107,7 @@ class Mamba2Block(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.layer_idx = layer_idx
+        self.ssd_backend, self.ssd_backward = cfg.ssd_backend, cfg.ssd_backward
         d_inner, h, gn = cfg.d_inner, cfg.nheads, cfg.ngroups * cfg.d_state
         self.conv_dim = d_inner + 2 * gn
         self.in_proj = nn.Linear(cfg.d_model, 2 * d_inner + 2 * gn + h, bias=False)
@@ -108,7 +131,7 @@ class Mamba2Block(nn.Module):
         gn = self.cfg.ngroups * self.cfg.d_state
         return xbc.split([self.cfg.d_inner, gn, gn], dim=-1)
 
-    def forward(self, u: Tensor, backend: str = "auto") -> Tensor:
+    def forward(self, u: Tensor) -> Tensor:
         """u: (b, l, d_model) -> (b, l, d_model)."""
         cfg = self.cfg
         b, l, _ = u.shape
@@ -126,7 +149,8 @@ class Mamba2Block(nn.Module):
             D=self.D,
             dt_bias=self.dt_bias,
             dt_softplus=True,
-            backend=backend,
+            backend=self.ssd_backend,
+            backward=self.ssd_backward,
         )
         return self.out_proj(self.norm(y.reshape(b, l, cfg.d_inner), z))
 
@@ -170,7 +194,6 @@ class Mamba2LM(nn.Module):
         self.norms = nn.ModuleList(RMSNorm(cfg.d_model, cfg.norm_eps) for _ in range(cfg.n_layer))
         self.layers = nn.ModuleList(Mamba2Block(cfg, i) for i in range(cfg.n_layer))
         self.norm_f = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.backend = "auto"
         nn.init.normal_(self.embedding.weight, std=0.02)
         for layer in self.layers:  # scale residual-branch outputs down with depth, as GPT-2 and Mamba do
             with torch.no_grad():
@@ -179,7 +202,7 @@ class Mamba2LM(nn.Module):
     def forward(self, tokens: Tensor) -> Tensor:
         h = self.embedding(tokens)
         for norm, layer in zip(self.norms, self.layers):
-            h = h + layer(norm(h), backend=self.backend)
+            h = h + layer(norm(h))
         return F.linear(self.norm_f(h), self.embedding.weight)
 
     def allocate_cache(self, batch: int, device: torch.device, dtype: torch.dtype) -> list[dict[str, Tensor]]:

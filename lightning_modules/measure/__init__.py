@@ -1,0 +1,2 @@
+"""Measuring instruments shared by the step-timer callback and the benchmarks: the machine
+(environment.py), GPU timing (timing.py), the training-step split (step.py), the JSON (results.py)."""

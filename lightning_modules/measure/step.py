@@ -1,0 +1,143 @@
+"""The forward / backward / optimizer split of a training step, read without stalling the GPU.
+
+    start ── forward ──> loss ── backward ──> gradients ── optimizer ──> end
+    step_ms = forward_ms + backward_ms + optimizer_ms;  ssd_forward_ms, ssd_backward_ms inside them
+
+A `StepMarks` records a mark (kernels.timing.Mark: a CUDA event, or the host clock on a CPU) at each
+boundary, takes the SSD's own marks (kernels.ssd_timer) and the peak memory (a host-side counter)
+when the step ends, and is read later: `read()` waits for that step's last event only, so when it is
+called one step late the GPU still has the newer step queued and never idles for the measurement.
+`StepMarks` is the one implementation of the split: the Lightning callback (step_timer.py) places
+the marks from trainer hooks, `TimedStep` (the benchmarks) places them around its own code.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import torch
+from torch import nn
+
+import kernels
+from kernels.timing import Mark, SSDTimer
+
+BOUNDARIES = ("start", "forward", "backward", "end")
+
+
+class StepMarks:
+    """Marks of one training step on `device`; `mark(name)` at each boundary, `end()`, then `read()`."""
+
+    def __init__(self, device: torch.device):
+        self.device = torch.device(device)
+        self.marks: dict[str, Mark] = {}
+        self.ssd = SSDTimer()
+        self.peak_gib: float | None = None
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        kernels.ssd_timer.reset()
+        self.mark("start")
+
+    def mark(self, boundary: str) -> None:
+        if boundary not in BOUNDARIES:
+            raise ValueError(f"unknown step boundary {boundary!r}; one of {', '.join(BOUNDARIES)}")
+        self.marks[boundary] = Mark(self.device)
+
+    def end(self) -> None:
+        """Mark the end; keep this step's SSD marks (the global timer is reset for the next step)."""
+        self.mark("end")
+        self.ssd.forward[:] = kernels.ssd_timer.forward
+        self.ssd.backward[:] = kernels.ssd_timer.backward
+        kernels.ssd_timer.reset()
+        if self.device.type == "cuda":
+            self.peak_gib = torch.cuda.max_memory_allocated(self.device) / 2**30
+
+    @property
+    def complete(self) -> bool:
+        """Whether every boundary was marked (a step Lightning skipped has no backward)."""
+        return all(b in self.marks for b in BOUNDARIES)
+
+    def read(self) -> dict[str, float]:
+        """{step_ms, forward_ms, backward_ms, optimizer_ms, ssd_forward_ms, ssd_backward_ms[, peak_gib]}.
+
+        Waits until the GPU has passed this step's end mark (not for work queued after it).
+        """
+        if not self.complete:
+            raise RuntimeError(f"step marks {sorted(self.marks)} lack one of {', '.join(BOUNDARIES)}")
+        m = self.marks
+        m["end"].synchronize()
+        ssd_forward, ssd_backward = self.ssd.totals_ms()
+        out = {
+            "step_ms": m["start"].ms_until(m["end"]),
+            "forward_ms": m["start"].ms_until(m["forward"]),
+            "backward_ms": m["forward"].ms_until(m["backward"]),
+            "optimizer_ms": m["backward"].ms_until(m["end"]),
+            "ssd_forward_ms": ssd_forward,
+            "ssd_backward_ms": ssd_backward,
+        }
+        if self.peak_gib is not None:
+            out["peak_gib"] = self.peak_gib
+        return out
+
+
+class Lagged:
+    """A queue of ended steps, read `lag` steps late: `push` one, get back those now old enough.
+
+    lag 1 reads step N-1 when step N has been queued; lag 0 reads every step at once (one
+    synchronization per step). `drain()` reads what is left, e.g. at the end of training.
+    """
+
+    def __init__(self, lag: int = 1):
+        if lag < 0:
+            raise ValueError(f"lag must be >= 0, got {lag}")
+        self.lag = lag
+        self.pending: deque[tuple[object, StepMarks]] = deque()
+
+    def push(self, key: object, marks: StepMarks) -> list[tuple[object, dict[str, float]]]:
+        """Queue `marks` under `key`; return [(key, reading)] of the steps `lag` or more behind it."""
+        self.pending.append((key, marks))
+        out = []
+        while len(self.pending) > self.lag:
+            k, m = self.pending.popleft()
+            out.append((k, m.read()))
+        return out
+
+    def drain(self) -> list[tuple[object, dict[str, float]]]:
+        out = [(k, m.read()) for k, m in self.pending]
+        self.pending.clear()
+        return out
+
+
+class TimedStep:
+    """A training step outside Lightning, as LanguageModel runs it: bf16 autocast on a GPU, the
+    next-token loss, backward, gradient clipping, the optimizer step. For the benchmarks.
+
+    `loss_fn(tokens)` maps token ids (b, l + 1) to the scalar loss (the model, compiled or not).
+    """
+
+    def __init__(
+        self,
+        loss_fn,
+        parameters: list[nn.Parameter],
+        optimizer: torch.optim.Optimizer,
+        device: torch.device | str,
+        clip: float = 1.0,
+    ):
+        self.loss_fn, self.parameters, self.optimizer, self.clip = loss_fn, parameters, optimizer, clip
+        self.device = torch.device(device)
+
+    def __call__(self, tokens: torch.Tensor, timed: bool = True) -> StepMarks | None:
+        """Run one step on `tokens`; its marks when `timed` (read them later), else None."""
+        marks = StepMarks(self.device) if timed else None
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
+            loss = self.loss_fn(tokens)
+        if marks:
+            marks.mark("forward")
+        loss.backward()
+        if marks:
+            marks.mark("backward")
+        torch.nn.utils.clip_grad_norm_(self.parameters, self.clip, foreach=True)
+        self.optimizer.step()
+        if marks:
+            marks.end()
+        return marks
