@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
@@ -174,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated; NAME:BACKWARD picks the cutile backward (cutile:cutile); unavailable ones are skipped",
     )
     ap.add_argument("--modes", default="fwd,fwd_bwd")
+    ap.add_argument("--chunk", type=int, default=None, help="chunk size for every shape (default: each shape's, 128)")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--calls", type=int, default=20, help="calls per timed repeat")
     ap.add_argument("--autotune", action="store_true", help="tune cuTile block sizes per shape (cached on disk)")
@@ -183,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     kernels.set_autotune(args.autotune)
     shapes = {"seed": [SEED], "sweep": SWEEP, "tiny": TINY}[args.shapes]
+    if args.chunk is not None:
+        shapes = [replace(shape, chunk_size=args.chunk) for shape in shapes]
     variants = args.backends.split(",")
     backends, skipped = available_backends(",".join(dict.fromkeys(split(v)[0] for v in variants)), device)
     variants = [v for v in variants if split(v)[0] in backends]

@@ -65,15 +65,17 @@ def bwd_dx_kernel(
         (TILE_P, TILE_N)
     )
     g_row = g.reshape((1, Q))
-    d_row = d.reshape((1, Q))
     g_end = ct.extract(g, index=(Q - 1, 0), shape=(1, 1))
-    causal = ct.arange(Q, dtype=ct.int32).reshape((Q, 1)) >= ct.arange(Q, dtype=ct.int32).reshape((1, Q))
-    decay = ct.exp2(ct.where(causal, g - g_row, -float("inf")))  # L[t, s]
+    rows = ct.arange(Q, dtype=ct.int32).reshape((Q, 1))  # s
+    cols = ct.arange(Q, dtype=ct.int32).reshape((1, Q))  # t
     if TF32:
         x_mm, dy_mm, b_mm, c_mm = xk.astype(TF), dyk.astype(TF), bk.astype(TF), ck.astype(TF)
     else:
         x_mm, dy_mm, b_mm, c_mm = xk, dyk, bk, ck
-    cb = ct.mma(c_mm, ct.transpose(b_mm), ct.zeros((Q, Q), dtype=ct.float32))  # [t, s]
+    # Every chunk x chunk tile is indexed [s, t] (source token, target token), so no computed tile is
+    # transposed: Kᵀ[s, t] = B_s · C_t exp(G_t − G_s) for t >= s (masked before the exponential).
+    kt = ct.mma(b_mm, ct.transpose(c_mm), ct.zeros((Q, Q), dtype=ct.float32))
+    kt = kt * ct.exp2(ct.where(cols >= rows, g_row - g, -float("inf")))
     x32 = xk.astype(ct.float32)
     dy32 = dyk.astype(ct.float32)
 
@@ -81,7 +83,7 @@ def bwd_dx_kernel(
     dxt = ct.mma(bk.astype(TF), ct.transpose(grad.astype(TF)), ct.zeros((Q, TILE_P), dtype=ct.float32))
     dxt = dxt * ct.exp2(g_end - g)
     r = d * ct.sum(x32 * dxt, axis=1, keepdims=True)  # (Q, 1)
-    dxt = ct.mma(ct.transpose(cb * decay).astype(TF), dyk.astype(TF), dxt)
+    dxt = ct.mma(kt.astype(TF), dyk.astype(TF), dxt)
     out = d * dxt
     if HAS_D:
         out = out + ct.load(D, index=(hi,), shape=(1,)).reshape((1, 1)) * dy32
@@ -89,10 +91,11 @@ def bwd_dx_kernel(
     ct.store(ddt_dir, index=(bi, hi, k), tile=ct.sum(x32 * dxt, axis=1).reshape((1, 1, Q)))
     ct.store(dD_part, index=(bi, k, hi), tile=ct.sum(dy32 * x32, keepdims=True).reshape((1, 1, 1)))
 
-    scores = ct.mma(dy_mm, ct.transpose(x_mm), ct.zeros((Q, Q), dtype=ct.float32))  # [t, s] = dy_t · x_s
-    pairs = scores * decay * d_row * cb  # R
-    straddling = ct.cumsum(pairs, axis=1) - pairs  # [t, j] = Σ_{s<j} R[t, s]
-    term1 = ct.sum(ct.where(causal, straddling, 0.0), axis=0).reshape((Q, 1))
+    # Rᵀ[s, t] = (x_s · dy_t) Kᵀ[s, t] dt_s;  term1_j = Σ_{t>=j} Σ_{s<j} Rᵀ[s, t]: an exclusive prefix
+    # sum down the rows, then a masked sum along each row.
+    pairs = ct.mma(x_mm, ct.transpose(dy_mm), ct.zeros((Q, Q), dtype=ct.float32)) * kt * d
+    before = ct.cumsum(pairs, axis=0) - pairs  # [j, t] = Σ_{s<j} Rᵀ[s, t]
+    term1 = ct.sum(ct.where(cols >= rows, before, 0.0), axis=1, keepdims=True)
     term2 = ct.cumsum(r, axis=0) - r
     ct.store(da_intra, index=(bi, hi, k), tile=(term1 + term2).reshape((1, 1, Q)))
 
