@@ -107,8 +107,9 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def label(rec: dict) -> str:
-    """A record's backend as shown: its backend, and the backward it ran with when the record names one."""
-    return f"{rec['backend']} + {rec['backward']} backward" if rec.get("backward") else rec["backend"]
+    """A record's backend as shown: its backend, and the backward it ran with when that is not its own."""
+    backward = rec.get("backward")
+    return rec["backend"] if backward in (None, "reference") else f"{rec['backend']} + {backward} backward"
 
 
 def ordered(values: Iterable) -> list:
@@ -442,7 +443,8 @@ def headline(kpool: Pool, spool: Pool, krun: list[dict], srun: list[dict], base:
     rows = []
     for key in kernel_keys(kpool):
         if dict(key[1]) == largest:
-            what = f"SSD {MODE_NAMES.get(key[0], key[0])} alone, {shape_text(largest, fields)}"
+            shown = fields or [k for k in ("seqlen", "dstate", "chunk_size") if k in largest]
+            what = f"SSD {MODE_NAMES.get(key[0], key[0])} alone, {shape_text(largest, shown)}"
             for clock, fig in (("wall clock", "wall_over_base"), ("GPU kernel time", "gpu_over_base")):
                 cells = [cell(kpool[key].get(n, {}).get(fig), times) for n in names]
                 rows.append([f"{what}, {clock}", *cells, runs_text(krun)])
