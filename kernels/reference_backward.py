@@ -23,6 +23,9 @@ R = dCB ∘ CB, r_s = dt_s x_s · (e_s Ĝ_c B_s), q_t = dy_t · (exp(Λ_t) S_c C
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
@@ -35,6 +38,12 @@ def _per_chunk(t: Tensor, c: int, Q: int, nheads: int | None = None) -> Tensor:
         t = _heads_from_groups(t, nheads)
     b, _, k, d = t.shape
     return _pad_tokens(t, c * Q).reshape(b, c, Q, k, d)
+
+
+def _chunked_x_dy(x: Tensor, dy: Tensor, dt_out: Tensor) -> tuple[Tensor, Tensor]:
+    """x and dy as (b, c, Q, h, p) in the compute dtype of dt_out."""
+    _, _, c, Q = dt_out.shape
+    return _per_chunk(x.to(dt_out.dtype), c, Q), _per_chunk(dy.to(dt_out.dtype), c, Q)
 
 
 def _decay(dA_cumsum: Tensor) -> Tensor:
@@ -102,7 +111,7 @@ def bwd_dx(
     b, l, h, p = x.shape
     _, _, c, Q = dt_out.shape
     dtype = dt_out.dtype
-    xc, dyc = _per_chunk(x.to(dtype), c, Q), _per_chunk(dy.to(dtype), c, Q)
+    xc, dyc = _chunked_x_dy(x, dy, dt_out)
     Bc, Cc = _per_chunk(B.to(dtype), c, Q, h), _per_chunk(C.to(dtype), c, Q, h)
     L = _decay(dA_cumsum)
     CB = torch.einsum("bcthn,bcshn->bhcts", Cc, Bc)
@@ -151,7 +160,7 @@ def bwd_dbc(
     g, n = B.shape[-2:]
     r = h // g
     dtype = dt_out.dtype
-    xc, dyc = _per_chunk(x.to(dtype), c, Q), _per_chunk(dy.to(dtype), c, Q)
+    xc, dyc = _chunked_x_dy(x, dy, dt_out)
     Bc, Cc = _per_chunk(B.to(dtype), c, Q), _per_chunk(C.to(dtype), c, Q)
     S, G = chunk_states.to(dtype), dstates.to(dtype)
     dCB = torch.einsum("bcthp,bcshp->bhcts", dyc, xc) * _decay(dA_cumsum) * dt_out[..., None, :]
@@ -194,6 +203,16 @@ def chunk_cumsum_bwd(
     return ddt, dA, None if dt_bias is None else ddt.sum((0, 1))
 
 
+class Passes(NamedTuple):
+    """The stage functions one backward composes: these references, or the cuTile kernels' host functions."""
+
+    chunk_cumsum: Callable
+    fwd_pass_state: Callable
+    bwd_pass_state: Callable
+    bwd_dx: Callable
+    bwd_dbc: Callable
+
+
 def ssd_backward(
     dy: Tensor,
     dfinal_state: Tensor | None,
@@ -207,17 +226,23 @@ def ssd_backward(
     dt_bias: Tensor | None = None,
     dt_softplus: bool = False,
     initial_states: Tensor | None = None,
-) -> tuple[Tensor, ...]:
+    passes: Passes | None = None,
+) -> tuple[Tensor | None, ...]:
     """Every gradient of `kernels.reference.ssd_chunked`, pass by pass. Shapes as `kernels.ssd`.
 
+    `passes` are the stage functions to compose (default: the references in this module).
     Returns:
-        dx, ddt, dA, dB, dC, dD, ddt_bias, dinitial_states in the compute dtype (float32/64);
-        dD, ddt_bias, dinitial_states are None when the input was None.
+        dx, ddt, dA, dB, dC, dD, ddt_bias, dinitial_states (dx, dB, dC as the passes return them, the rest
+        in the compute dtype); dD, ddt_bias, dinitial_states are None when the input was None.
     """
-    dt_out, dA_cumsum = chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
-    chunk_states, _ = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
-    dstates, dinit = bwd_pass_state(dy, C, dA_cumsum, dfinal_state)
-    dx, ddt_dir, da_intra, dD = bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D)
-    dB, dC, da_inter = bwd_dbc(x, dy, B, C, dt_out, dA_cumsum, chunk_states, dstates)
+    p = passes or REFERENCE
+    dt_out, dA_cumsum = p.chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
+    chunk_states, _ = p.fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
+    dstates, dinit = p.bwd_pass_state(dy, C, dA_cumsum, dfinal_state)
+    dx, ddt_dir, da_intra, dD = p.bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D)
+    dB, dC, da_inter = p.bwd_dbc(x, dy, B, C, dt_out, dA_cumsum, chunk_states, dstates)
     ddt, dA, dbias = chunk_cumsum_bwd(ddt_dir, da_intra + da_inter, dt_out, A, x.shape[1], dt_softplus, dt_bias)
     return dx, ddt, dA, dB, dC, dD, dbias, None if initial_states is None else dinit
+
+
+REFERENCE = Passes(chunk_cumsum, fwd_pass_state, bwd_pass_state, bwd_dx, bwd_dbc)

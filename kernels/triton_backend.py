@@ -23,19 +23,19 @@ def _on_device(x: Tensor):
 
 
 @torch.library.custom_op("mamba2_triton::ssd_fwd", mutates_args=())
-def ssd_fwd(
+def ssd_triton(
     x: Tensor,
     dt: Tensor,
     A: Tensor,
     B: Tensor,
     C: Tensor,
     chunk_size: int,
-    D: Tensor | None,
-    dt_bias: Tensor | None,
-    dt_softplus: bool,
-    initial_states: Tensor | None,
+    D: Tensor | None = None,
+    dt_bias: Tensor | None = None,
+    dt_softplus: bool = False,
+    initial_states: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """y (b, l, h, p) in x's dtype and the final state (b, h, p, n) float32."""
+    """y (b, l, h, p) in x's dtype and final_state (b, h, p, n) float32 from mamba_ssm's Triton kernels."""
     with _on_device(x):
         y, _, _, _, _, final_state = _mamba_chunk_scan_combined_fwd(
             x, dt, A, B, C, chunk_size, D=D, dt_bias=dt_bias, initial_states=initial_states, dt_softplus=dt_softplus
@@ -43,8 +43,8 @@ def ssd_fwd(
     return y, final_state.float()
 
 
-@ssd_fwd.register_fake
-def _(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states):
+@ssd_triton.register_fake
+def _(x, dt, A, B, C, chunk_size, D=None, dt_bias=None, dt_softplus=False, initial_states=None):
     b, _, h, p = x.shape
     return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(
         (b, h, p, B.shape[-1]), dtype=torch.float32
@@ -129,20 +129,4 @@ def _backward(ctx, dy: Tensor, dfinal_state: Tensor | None):
     )
 
 
-ssd_fwd.register_autograd(_backward, setup_context=_setup_context)
-
-
-def ssd_triton(
-    x: Tensor,
-    dt: Tensor,
-    A: Tensor,
-    B: Tensor,
-    C: Tensor,
-    chunk_size: int,
-    D: Tensor | None = None,
-    dt_bias: Tensor | None = None,
-    dt_softplus: bool = False,
-    initial_states: Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
-    """y (b, l, h, p) in x's dtype and final_state (b, h, p, n) float32 from mamba_ssm's Triton kernels."""
-    return ssd_fwd(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states)
+ssd_triton.register_autograd(_backward, setup_context=_setup_context)

@@ -132,3 +132,30 @@ def test_tuning_choice_is_decided_once_per_shape(tmp_path, monkeypatch):
         assert len(lookups) == 2  # one per shape
     finally:
         tuning.set_cache_path(None)
+
+
+def test_cutile_backward_glue_with_reference_passes(monkeypatch):
+    """The backward="cutile" path of the op (casts, absent inputs, layouts), its passes swapped for the
+    reference stages so it runs here: it must give the reference path's gradients in the inputs' dtypes."""
+    from kernels import reference_backward
+
+    monkeypatch.setattr(cutile_ssd, "CUTILE", reference_backward.REFERENCE)
+    torch.manual_seed(1)
+    b, l, h, p, g, n = 2, 37, 4, 8, 2, 6
+    x, B, C = torch.randn(b, l, h, p), torch.randn(b, l, g, n), torch.randn(b, l, g, n)
+    dt, A, D, bias, init = (
+        torch.randn(b, l, h),
+        -torch.rand(h) - 0.1,
+        torch.randn(h),
+        torch.randn(h),
+        torch.randn(b, h, p, n),
+    )
+    dy = torch.randn(b, l, h, p).transpose(0, 1).contiguous().transpose(0, 1)  # not contiguous
+    for dfinal in (torch.randn(b, h, p, n), None):
+        got = cutile_ssd.ssd_bwd(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init, "cutile")
+        want = cutile_ssd.ssd_bwd(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init, "reference")
+        for a, w in zip(got, want):
+            torch.testing.assert_close(a, w, rtol=1e-4, atol=1e-5)
+            assert a.dtype == w.dtype and a.is_contiguous()
+    absent = cutile_ssd.ssd_bwd(dy, None, x, dt, A, B, C, 16, None, None, False, None, "cutile")
+    assert absent[5].numel() == absent[6].numel() == absent[7].numel() == 0

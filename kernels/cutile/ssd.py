@@ -2,8 +2,9 @@
 
     forward   chunk_cumsum -> fwd_pass_state -> compute_out                  (as kernels.reference.ssd_chunked)
     backward  "reference": autograd through kernels.reference.ssd_chunked   (the design this project measures)
-              "cutile":    chunk_cumsum -> fwd_pass_state (recomputed) -> bwd_pass_state -> bwd_dx -> bwd_dbc
-                           -> chunk_cumsum_bwd                              (as kernels.reference_backward)
+              "cutile":    kernels.reference_backward.ssd_backward composing the cuTile passes:
+                           chunk_cumsum -> fwd_pass_state (recomputed) -> bwd_pass_state -> bwd_dx -> bwd_dbc,
+                           then chunk_cumsum_bwd (a few small PyTorch ops on (b, h, l) arrays)
 
 Only the inputs are saved for the backward; the chunk states are recomputed there. Both directions are
 `torch.library.custom_op`s with fake implementations and an autograd registration, so
@@ -22,7 +23,7 @@ from kernels.cutile.bwd_pass_state import bwd_pass_state
 from kernels.cutile.chunk_cumsum import chunk_cumsum
 from kernels.cutile.compute_out import compute_out
 from kernels.cutile.fwd_pass_state import fwd_pass_state
-from kernels.reference_backward import chunk_cumsum_bwd
+from kernels.reference_backward import Passes, ssd_backward
 
 BACKWARDS = ("reference", "cutile")
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -78,50 +79,7 @@ def check_inputs(
         raise ValueError(f"cutile backend: head dim {p} and state dim {n} must be at most {MAX_DIM}")
 
 
-def ssd_forward(
-    x: Tensor,
-    dt: Tensor,
-    A: Tensor,
-    B: Tensor,
-    C: Tensor,
-    chunk_size: int,
-    D: Tensor | None = None,
-    dt_bias: Tensor | None = None,
-    dt_softplus: bool = False,
-    initial_states: Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
-    """The three forward stages on the GPU: y (b, l, h, p) in x's dtype, final_state (b, h, p, n) float32."""
-    dt_out, dA_cumsum = chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
-    chunk_states, final_state = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
-    y = compute_out(x, B, C, dt_out, dA_cumsum, chunk_states, D)
-    return y, final_state
-
-
-def ssd_backward(
-    dy: Tensor,
-    dfinal_state: Tensor | None,
-    x: Tensor,
-    dt: Tensor,
-    A: Tensor,
-    B: Tensor,
-    C: Tensor,
-    chunk_size: int,
-    D: Tensor | None = None,
-    dt_bias: Tensor | None = None,
-    dt_softplus: bool = False,
-    initial_states: Tensor | None = None,
-) -> tuple[Tensor | None, ...]:
-    """The backward passes on the GPU: dx, ddt, dA, dB, dC, dD, ddt_bias, dinitial_states (None for absent inputs).
-
-    dx, dB, dC come in their inputs' dtypes; the rest in float32.
-    """
-    dt_out, dA_cumsum = chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
-    chunk_states, _ = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
-    dstates, dinit = bwd_pass_state(dy, C, dA_cumsum, dfinal_state)
-    dx, ddt_dir, da_intra, dD = bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D)
-    dB, dC, da_inter = bwd_dbc(x, dy, B, C, dt_out, dA_cumsum, chunk_states, dstates)
-    ddt, dA, dbias = chunk_cumsum_bwd(ddt_dir, da_intra + da_inter, dt_out, A, x.shape[1], dt_softplus, dt_bias)
-    return dx, ddt, dA, dB, dC, dD, dbias, None if initial_states is None else dinit
+CUTILE = Passes(chunk_cumsum, fwd_pass_state, bwd_pass_state, bwd_dx, bwd_dbc)  # the backward's passes
 
 
 @torch.library.custom_op("mamba2_cutile::ssd_fwd", mutates_args=(), device_types="cuda")
@@ -142,7 +100,9 @@ def ssd_fwd(
 
     `backward` ("reference" or "cutile") chooses how its gradient is computed.
     """
-    return ssd_forward(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states)
+    dt_out, dA_cumsum = chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
+    chunk_states, final_state = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
+    return compute_out(x, B, C, dt_out, dA_cumsum, chunk_states, D), final_state
 
 
 @ssd_fwd.register_fake
@@ -192,7 +152,7 @@ def ssd_bwd(
     (contiguous); an absent optional input gets an empty tensor in its place."""
     args = (dy, dfinal, x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states)
     if backward == "cutile":
-        grads = ssd_backward(dy.contiguous(), *args[1:])
+        grads = ssd_backward(dy.contiguous(), *args[1:], passes=CUTILE)
     else:
         if dfinal is None:
             dfinal = x.new_zeros(x.shape[:1] + x.shape[2:] + B.shape[-1:], dtype=torch.float32)
