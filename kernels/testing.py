@@ -44,3 +44,38 @@ def random_inputs(
         dt_bias=r(h, scale=0.5) if dt_bias else None,
         initial_states=r(b, h, p, n) if init else None,
     )
+
+
+def stage_inputs(
+    dtype: torch.dtype,
+    chunk: int,
+    p: int,
+    n: int,
+    *,
+    b: int = 2,
+    l: int | None = None,
+    h: int = 4,
+    g: int = 2,
+    seed: int = 0,
+    device: str | torch.device = "cuda",
+) -> dict[str, Tensor | None]:
+    """Everything a forward or backward stage takes, for checking one stage alone.
+
+    The inputs of `random_inputs` (init states on, rounded to `dtype`), dy (b, l, h, p) in `dtype` and
+    dfinal (b, h, p, n) float32, and the upstream quantities computed in float64 by the reference
+    stages: dt_out, dA_cumsum, chunk_states, final_state, dstates, dinitial_states.
+    l defaults to 2 * chunk + 37 (a short last chunk).
+    """
+    from kernels import reference, reference_backward
+
+    l = 2 * chunk + 37 if l is None else l
+    t: dict[str, Tensor | None] = dict(random_inputs(b, l, h, p, g, n, dtype, seed=seed, device=device, init=True))
+    gen = torch.Generator(device="cpu").manual_seed(seed + 1)
+    t["dy"] = torch.randn(b, l, h, p, generator=gen).to(device, dtype)
+    t["dfinal"] = torch.randn(b, h, p, n, generator=gen).to(device)
+    f64 = {k: None if v is None else v.to(torch.float64) for k, v in t.items()}
+    dt_out, dA = reference.chunk_cumsum(f64["dt"], f64["A"], chunk, f64["dt_bias"], True)
+    states, final = reference.fwd_pass_state(f64["x"], f64["B"], dt_out, dA, f64["initial_states"])
+    dstates, dinit = reference_backward.bwd_pass_state(f64["dy"], f64["C"], dA, f64["dfinal"])
+    t.update(dt_out=dt_out, dA_cumsum=dA, chunk_states=states, final_state=final, dstates=dstates, dinit=dinit)
+    return t

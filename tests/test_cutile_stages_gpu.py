@@ -19,7 +19,7 @@ from kernels.cutile.bwd_pass_state import bwd_pass_state
 from kernels.cutile.chunk_cumsum import chunk_cumsum
 from kernels.cutile.compute_out import compute_out
 from kernels.cutile.fwd_pass_state import fwd_pass_state
-from kernels.testing import random_inputs
+from kernels.testing import stage_inputs
 from tests.gpu_common import CUTILE, SEEDS, TOL, rel_err
 
 pytestmark = CUTILE
@@ -33,15 +33,9 @@ IDS = lambda v: str(v).replace("torch.", "")
 
 def case(dtype, chunk, p, n, g=2):
     """Inputs (rounded to dtype), their float64 copies, dy and dfinal, and the float64 forward stages."""
-    b, h, l = 2, 4, 2 * chunk + 37
-    t = random_inputs(b, l, h, p, g, n, dtype, seed=SEEDS[dtype] + chunk + p + n, device="cuda", init=True)
+    t = stage_inputs(dtype, chunk, p, n, g=g, seed=SEEDS[dtype] + chunk + p + n)
     t64 = {k: None if v is None else v.to(F64) for k, v in t.items()}
-    gen = torch.Generator(device="cpu").manual_seed(chunk * p + n)
-    dy = torch.randn(b, l, h, p, generator=gen).to("cuda", dtype)
-    dfinal = torch.randn(b, h, p, n, generator=gen).cuda()
-    dt_out, dA = reference.chunk_cumsum(t64["dt"], t64["A"], chunk, t64["dt_bias"], True)
-    states, final = reference.fwd_pass_state(t64["x"], t64["B"], dt_out, dA, t64["initial_states"])
-    return t, t64, dy, dfinal, dt_out, dA, states, final
+    return t, t64, t["dy"], t["dfinal"], t["dt_out"], t["dA_cumsum"], t["chunk_states"], t["final_state"]
 
 
 def f32(*ts):

@@ -1,0 +1,101 @@
+"""Probe one cuTile stage: the production kernel and variant files of it, each checked against its reference
+stage in float64, then timed side by side at the seed shape. For tuning: copy kernels/cutile/<stage>.py
+somewhere, change it, and probe both in one GPU call (results/tuning_log.md keeps what was tried).
+
+    python scripts/probe_stage.py bwd_dx                                 # the production kernel alone
+    python scripts/probe_stage.py bwd_dbc /tmp/bwd_dbc_v2.py --chunks 64,128 --calls 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from kernels import reference
+from kernels import reference_backward as ref_bwd
+from kernels.testing import stage_inputs
+
+# stage -> (reference function, the names of its arguments in stage_inputs' dict; "chunk" is the chunk size)
+STAGES: dict[str, tuple[Callable, tuple[str, ...]]] = {
+    "chunk_cumsum": (reference.chunk_cumsum, ("dt", "A", "chunk", "dt_bias", "softplus")),
+    "fwd_pass_state": (reference.fwd_pass_state, ("x", "B", "dt_out", "dA_cumsum", "initial_states")),
+    "compute_out": (reference.compute_out, ("x", "B", "C", "dt_out", "dA_cumsum", "chunk_states", "D")),
+    "bwd_pass_state": (ref_bwd.bwd_pass_state, ("dy", "C", "dA_cumsum", "dfinal")),
+    "bwd_dx": (ref_bwd.bwd_dx, ("x", "dy", "B", "C", "dt_out", "dA_cumsum", "dstates", "D")),
+    "bwd_dbc": (ref_bwd.bwd_dbc, ("x", "dy", "B", "C", "dt_out", "dA_cumsum", "chunk_states", "dstates")),
+}
+UPSTREAM = {"dt_out", "dA_cumsum", "chunk_states", "dstates", "D", "initial_states", "dfinal", "A", "dt_bias"}
+
+
+def load(stage: str, path: str | None) -> Callable:
+    """The stage's host function from the production module, or from a variant file of it."""
+    if path is None:
+        return getattr(importlib.import_module(f"kernels.cutile.{stage}"), stage)
+    name = f"probe_{Path(path).stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return getattr(module, stage)
+
+
+def arguments(t: dict, names: tuple[str, ...], chunk: int, exact: bool) -> list:
+    """The stage's arguments: float64 everywhere for the reference, else the kernel's dtypes (fp32 upstream)."""
+    out = []
+    for name in names:
+        v = {"chunk": chunk, "softplus": True}.get(name, t.get(name))
+        if isinstance(v, torch.Tensor):
+            v = v.double() if exact else (v.float() if name in UPSTREAM else v)
+        out.append(v)
+    return out
+
+
+def max_error(fn: Callable, stage: str, dtype: torch.dtype, chunk: int) -> float:
+    ref, names = STAGES[stage]
+    t = stage_inputs(dtype, chunk, 64, 128, seed=chunk)
+    got, want = fn(*arguments(t, names, chunk, False)), ref(*arguments(t, names, chunk, True))
+    pairs = zip(got, want) if isinstance(want, tuple) else [(got, want)]
+    return max(((a.double() - b).norm() / b.norm()).item() for a, b in pairs if b is not None)
+
+
+def time_ms(fn: Callable, stage: str, chunk: int, calls: int) -> float:
+    t = stage_inputs(torch.bfloat16, chunk, 64, 128, b=4, l=16384, h=8, g=1, seed=0)
+    args = arguments(t, STAGES[stage][1], chunk, False)
+    fn(*args)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn(*args)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / calls
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("stage", choices=sorted(STAGES))
+    ap.add_argument("variants", nargs="*", help="files holding a changed copy of kernels/cutile/<stage>.py")
+    ap.add_argument("--chunks", default="64,128")
+    ap.add_argument("--calls", type=int, default=20)
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("probe_stage needs a CUDA GPU", file=sys.stderr)
+        return 2
+    print(f"kernels.cutile.{args.stage}, seed shape b 4 l 16384 h 8 p 64 g 1 n 128 bf16", flush=True)
+    for path in [None, *args.variants]:
+        fn = load(args.stage, path)
+        for chunk in (int(c) for c in args.chunks.split(",")):
+            e16, e32 = (max_error(fn, args.stage, d, chunk) for d in (torch.bfloat16, torch.float32))
+            ms = time_ms(fn, args.stage, chunk, args.calls)
+            print(f"{path or 'production':28s} chunk {chunk:3d}  {ms:8.3f} ms  rel err bf16 {e16:.1e} fp32 {e32:.1e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
