@@ -125,8 +125,8 @@ def test_opcheck_schema_fake_and_autograd(triton_backend):
     args = [inputs[k] for k in ("x", "dt", "A", "B", "C")]
     args = [t.requires_grad_() for t in args]
     optional = [inputs["D"].requires_grad_(), inputs["dt_bias"].requires_grad_(), True, inputs["initial_states"]]
-    torch.library.opcheck(triton_backend.ssd_fwd, (*args, 16, optional[0], optional[1], optional[2], optional[3]))
-    torch.library.opcheck(triton_backend.ssd_fwd, (*args, 16, None, None, False, None))
+    torch.library.opcheck(triton_backend.ssd_triton, (*args, 16, optional[0], optional[1], optional[2], optional[3]))
+    torch.library.opcheck(triton_backend.ssd_triton, (*args, 16, None, None, False, None))
 
 
 def test_compiles_as_one_graph(triton_backend):
