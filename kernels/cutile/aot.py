@@ -85,36 +85,38 @@ def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
     """(label, kernel, signature) for the backward kernels' specializations."""
     f32 = ct.float32
     i32 = ctc.ScalarConstraint(ct.int32)
-    for name in ("bfloat16", "float32"):  # float16 takes the bfloat16 code path
+    # float16 takes the bfloat16 code path. float32 (TF32 products) only at chunk 64: bwd_dbc at chunk 128
+    # takes tileiras 13.4 over ten minutes to compile for sm_100 (seen 2026-11-30; 13 s for sm_90).
+    cases = [("bfloat16", 64, 64, 64, True), ("bfloat16", 128, 64, 128, False), ("float32", 64, 64, 64, False)]
+    for name, chunk, tile_p, tile_n, flag in cases:
         dtype, tf32 = DTYPES[name], name == "float32"
-        for chunk, tile_p, tile_n, flag in ((64, 64, 64, True), (128, 64, 128, False)):
-            yield (
-                f"bwd_pass_state[{name},Q={chunk},dfinal={flag}]",
-                bwd_pass_state_kernel,
-                _signature(
-                    [_array(dtype, 4), _array(dtype, 4), _array(f32, 3), _array(f32, 4), _array(f32, 5)]
-                    + [_array(f32, 4), 8, 8, chunk, 32, 64, flag, tf32, 4]
-                ),
-            )
-            yield (
-                f"bwd_dx[{name},Q={chunk},P={tile_p},N={tile_n},D={flag}]",
-                bwd_dx_kernel,
-                _signature(
-                    [_array(dtype, 4)] * 4
-                    + [_array(f32, 3), _array(f32, 3), _array(f32, 5), _array(f32, 1), _array(dtype, 4)]
-                    + [_array(f32, 3)] * 3
-                    + [8, 4, chunk, tile_p, tile_n, flag, tf32]
-                ),
-            )
-            yield (
-                f"bwd_dbc[{name},Q={chunk},P={tile_p},N={tile_n}]",
-                bwd_dbc_kernel,
-                _signature(
-                    [_array(dtype, 4)] * 4
-                    + [_array(f32, 3), _array(f32, 3), _array(f32, 5), _array(f32, 5), _array(dtype, 4)]
-                    + [_array(dtype, 4), _array(f32, 3), i32, 2, chunk, tile_p, tile_n, tf32]
-                ),
-            )
+        yield (
+            f"bwd_pass_state[{name},Q={chunk},dfinal={flag}]",
+            bwd_pass_state_kernel,
+            _signature(
+                [_array(dtype, 4), _array(dtype, 4), _array(f32, 3), _array(f32, 4), _array(f32, 5)]
+                + [_array(f32, 4), 8, 8, chunk, 32, 64, flag, tf32, 4]
+            ),
+        )
+        yield (
+            f"bwd_dx[{name},Q={chunk},P={tile_p},N={tile_n},D={flag}]",
+            bwd_dx_kernel,
+            _signature(
+                [_array(dtype, 4)] * 4
+                + [_array(f32, 3), _array(f32, 3), _array(f32, 5), _array(f32, 1), _array(dtype, 4)]
+                + [_array(f32, 3)] * 3
+                + [8, 4, chunk, tile_p, tile_n, flag, tf32]
+            ),
+        )
+        yield (
+            f"bwd_dbc[{name},Q={chunk},P={tile_p},N={tile_n}]",
+            bwd_dbc_kernel,
+            _signature(
+                [_array(dtype, 4)] * 4
+                + [_array(f32, 3), _array(f32, 3), _array(f32, 5), _array(f32, 5), _array(dtype, 4)]
+                + [_array(dtype, 4), _array(f32, 3), i32, 2, chunk, tile_p, tile_n, tf32]
+            ),
+        )
 
 
 def export_all(gpu_code: str) -> dict[str, int]:
