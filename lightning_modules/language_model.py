@@ -1,4 +1,9 @@
-"""LightningModule: next-token loss for the Mamba-2 LM, AdamW with warmup + cosine, perplexity."""
+"""LightningModule: next-token loss for the Mamba-2 LM, AdamW with warmup + cosine, perplexity.
+
+The training step does not wait for the GPU: the loss is checked for NaN/inf one step late (its value is
+copied to the host asynchronously) and, at the latest, before any checkpoint is written. AdamW is fused
+(one kernel for all parameters) wherever no gradient scaler is in use, with gradient clipping done here.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torchmetrics import MeanMetric
 
 import kernels
+from kernels.timing import Mark
 from lightning_modules.model.mamba2 import Mamba2Config, Mamba2LM, next_token_loss
 
 
@@ -24,6 +30,7 @@ class LanguageModel(L.LightningModule):
         warmup_steps: int = 50,
         min_lr_ratio: float = 0.1,
         compile: bool = False,
+        compile_mode: str | None = None,
     ):
         """
         Args:
@@ -32,7 +39,9 @@ class LanguageModel(L.LightningModule):
             cutile_autotune: tune cuTile block sizes per shape on first use (cached on disk).
             lr, weight_decay, betas: AdamW; no decay on norms, biases, A_log, D, dt_bias.
             warmup_steps, min_lr_ratio: linear warmup, then cosine down to min_lr_ratio * lr at max_steps.
-            compile: run the model through torch.compile (fullgraph).
+            compile: run the model (forward and loss) through torch.compile, as one graph (fullgraph).
+            compile_mode: torch.compile's mode: None (default), "max-autotune-no-cudagraphs",
+                "reduce-overhead" (CUDA graphs), "max-autotune".
         """
         super().__init__()
         if lr <= 0:
@@ -40,9 +49,15 @@ class LanguageModel(L.LightningModule):
         self.save_hyperparameters()
         self.config = config
         self.model = Mamba2LM(config)
-        if compile:
-            self.model.compile(fullgraph=True)
         self.val_loss = MeanMetric()
+        self._compiled = False
+        self._pending_loss: tuple[int, torch.Tensor, Mark] | None = None
+
+    def configure_model(self) -> None:
+        """Compile the model (once) when model.compile says so; Lightning calls this before fit/validate."""
+        if self.hparams.compile and not self._compiled:
+            self.model.compile(fullgraph=True, mode=self.hparams.compile_mode)
+            self._compiled = True
 
     def on_fit_start(self) -> None:
         """Say which SSD backend runs here (an error naming the reason if the configured one cannot)."""
@@ -57,15 +72,32 @@ class LanguageModel(L.LightningModule):
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         loss = self._loss(batch)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(
-                f"non-finite training loss ({loss.item()}) at step {self.global_step}. The last checkpoint is "
-                "intact: resume with --ckpt_path last, e.g. with a lower model.lr."
-            )
+        self._check_finite()  # the previous step's loss, long copied to the host: no wait for this step
+        copy = loss.detach().to("cpu", non_blocking=True)
+        self._pending_loss = (self.global_step, copy, Mark(loss.device))
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/ppl", torch.exp(loss.detach()))
         self.log("train/lr", self.optimizers().param_groups[0]["lr"])
         return loss
+
+    def _check_finite(self) -> None:
+        """Raise FloatingPointError if the last training loss copied to the host is NaN or inf."""
+        if self._pending_loss is None:
+            return
+        step, value, copied = self._pending_loss
+        self._pending_loss = None
+        copied.synchronize()
+        if not torch.isfinite(value):
+            raise FloatingPointError(
+                f"non-finite training loss ({value.item()}) at step {step}. The last checkpoint is intact: "
+                "resume with --ckpt_path last, e.g. with a lower model.lr."
+            )
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        self._check_finite()  # never write weights a non-finite loss has updated
+
+    def on_train_end(self) -> None:
+        self._check_finite()
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self.val_loss.update(self._loss(batch))
@@ -77,8 +109,12 @@ class LanguageModel(L.LightningModule):
         self.log("val/ppl", torch.exp(loss), sync_dist=True)
 
     # -- optimizer ----------------------------------------------------------------------------------
-    def optimizer(self) -> torch.optim.AdamW:
-        """AdamW over the model's parameters; no weight decay on norms, biases, A_log, D, dt_bias."""
+    def optimizer(self, fused: bool = False) -> torch.optim.AdamW:
+        """AdamW over the model's parameters; no weight decay on norms, biases, A_log, D, dt_bias.
+
+        fused: one kernel for every parameter's update (CUDA and CPU); right wherever gradients are
+        not scaled (bf16 or fp32, not fp16 with a GradScaler), see configure_gradient_clipping.
+        """
         decay, no_decay = [], []
         for p in self.model.parameters():
             (no_decay if p.dim() < 2 or getattr(p, "_no_weight_decay", False) else decay).append(p)
@@ -86,11 +122,14 @@ class LanguageModel(L.LightningModule):
             {"params": decay, "weight_decay": self.hparams.weight_decay},
             {"params": no_decay, "weight_decay": 0.0},
         ]
-        # Not fused: Lightning's mixed precision cannot clip gradients of optimizers that unscale internally.
-        return torch.optim.AdamW(groups, lr=self.hparams.lr, betas=self.hparams.betas)
+        return torch.optim.AdamW(groups, lr=self.hparams.lr, betas=self.hparams.betas, fused=fused)
+
+    def _scaled_gradients(self) -> bool:
+        """Whether the trainer's precision scales the loss (fp16 with a GradScaler)."""
+        return getattr(self.trainer.precision_plugin, "scaler", None) is not None
 
     def configure_optimizers(self):
-        optimizer = self.optimizer()
+        optimizer = self.optimizer(fused=not self._scaled_gradients())
         total = max(1, int(self.trainer.estimated_stepping_batches))
         warmup, floor = self.hparams.warmup_steps, self.hparams.min_lr_ratio
 
@@ -102,3 +141,19 @@ class LanguageModel(L.LightningModule):
 
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def configure_gradient_clipping(
+        self, optimizer: torch.optim.Optimizer, gradient_clip_val=None, gradient_clip_algorithm=None
+    ) -> None:
+        """Clip as Lightning would, also for the fused AdamW.
+
+        Lightning 2.6 refuses to clip for any optimizer that can unscale gradients itself (fused AdamW),
+        though without a gradient scaler (bf16-mixed, fp32) there is nothing to unscale and clipping is
+        exact. With a scaler (16-mixed) the optimizer is not fused and Lightning clips as usual.
+        """
+        if self._scaled_gradients() or not gradient_clip_val:
+            return super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        if gradient_clip_algorithm == "value":
+            torch.nn.utils.clip_grad_value_(self.parameters(), gradient_clip_val, foreach=True)
+        else:
+            torch.nn.utils.clip_grad_norm_(self.parameters(), gradient_clip_val, foreach=True)

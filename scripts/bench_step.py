@@ -1,16 +1,24 @@
-"""The full training step of the Mamba-2 LM per SSD backend, in one process, on the same data.
+"""The full training step of the Mamba-2 LM per SSD variant, eager and compiled, in one process, on the same data.
 
-Models come from the training configs (configs/<name>.yaml: its model section, data.vocab_size), one
-per backend with the same initial weights, built as train.py builds them (LanguageModel: its
-optimizer, its compile setting unless --modes says otherwise), bf16 autocast on a GPU, gradient
-clipping. Warm-up steps are timed on their own (compilation, autotuning), then steady-state steps
-alternate between backends. Per step (lightning_modules.measure.step): total, forward, backward and
-optimizer time, the SSD's own forward and backward time inside it (eager only), tokens/s, peak
-memory, MFU against the GPU's dense bf16 peak. Marks are read after the timed steps, so measuring
-does not synchronize the steps it measures.
+Models come from the training configs (configs/<name>.yaml: its model section, data.vocab_size),
+built as train.py builds them (LanguageModel: its fused AdamW, its torch.compile settings for the
+compiled rows), one per variant with the same initial weights, bf16 autocast on a GPU, gradient
+clipping. Variants (--backends):
 
-    python scripts/bench_step.py --out results/step.json
-    python scripts/bench_step.py --configs tiny --seqlens 64 --tokens_per_step 128 --backends torch --steps 2
+    torch, triton, cutile   kernels.ssd with that backend (cutile: its reference backward)
+    cutile_bwd              the cutile backend with its backward kernels (model.config.ssd_backward: cutile)
+    standin                 the SSD replaced by y = x·D: the rest of the step alone; each other row's SSD
+                            time and share then come by subtraction (ssd_ms_by_subtraction), compiled too
+
+Warm-up steps (compilation, autotuning) are timed on their own, then steady-state steps alternate
+between variants. Per step (lightning_modules.measure.step): total, forward, backward and optimizer
+time, the SSD's own forward and backward time inside it (eager only: compiled graphs have no SSD
+marks), tokens/s, peak memory, MFU with the FLOP count it uses. The marks are read after the loop,
+so measuring does not synchronize the steps it measures; the same loop run again without any marks
+gives the timer's own cost (timer_cost). --profile adds each variant's largest GPU kernels.
+
+    python scripts/bench_step.py --quick --modes compile --backends standin,triton --out results/step.json
+    python scripts/bench_step.py --configs tiny --seqlens 64 --tokens_per_step 128 --backends torch,standin --steps 2
 """
 
 from __future__ import annotations
@@ -26,117 +34,165 @@ import torch
 import yaml
 
 import kernels
+from kernels.timing import Mark
 from lightning_modules.language_model import LanguageModel
 from lightning_modules.measure.environment import available_backends, environment, peak_tflops
 from lightning_modules.measure.results import write_json
 from lightning_modules.measure.step import TimedStep
-from lightning_modules.measure.timing import summarize
+from lightning_modules.measure.timing import gpu_kernel_ms, summarize
 from lightning_modules.model.flops import ssd_flops_per_token, train_flops_per_token
-from lightning_modules.model.mamba2 import Mamba2Config, next_token_loss
+from lightning_modules.model.mamba2 import Mamba2Config, Mamba2LM, next_token_loss
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+VARIANTS = {  # label: (model.config.ssd_backend, model.config.ssd_backward)
+    "torch": ("torch", "reference"),
+    "triton": ("triton", "reference"),
+    "cutile": ("cutile", "reference"),
+    "cutile_bwd": ("cutile", "cutile"),
+    "standin": ("torch", "reference"),  # the backend is never called: the stand-in replaces kernels.ssd
+}
 
 
-def load_module(name: str, backend: str, seqlen: int, compile_model: bool) -> LanguageModel:
-    """LanguageModel as configs/<name>.yaml builds it, with this SSD backend and compile setting.
+def ssd_standin(x: torch.Tensor, dt: torch.Tensor, A, B, C, chunk_size, D: torch.Tensor, **_) -> torch.Tensor:
+    """y = x·D (b, l, h, p): the SSD's inputs and output with nothing between, for the rest-of-step row."""
+    return x * D.to(x.dtype)[:, None]
 
-    The chunk is capped at the sequence length (tiny CPU shapes).
+
+def load_module(
+    name: str, label: str, seqlen: int, compile_model: bool, compile_mode: str | None = None
+) -> LanguageModel:
+    """LanguageModel as configs/<name>.yaml builds it, for variant `label`, compiled or not (in
+    `compile_mode` if given, else the config's). The chunk is capped at the sequence length (tiny CPU shapes).
     """
     path = CONFIGS / f"{name}.yaml"
     if not path.is_file():
-        raise FileNotFoundError(
-            f"no config {path}; choose from {', '.join(p.stem for p in sorted(CONFIGS.glob('*.yaml')))}"
-        )
+        choices = ", ".join(p.stem for p in sorted(CONFIGS.glob("*.yaml")))
+        raise FileNotFoundError(f"no config {path}; choose from {choices}")
     experiment = yaml.safe_load(path.read_text())
     settings = dict(experiment["model"])
     cfg = Mamba2Config(**settings.pop("config"), vocab_size=experiment["data"]["vocab_size"])
-    cfg = dataclasses.replace(cfg, ssd_backend=backend, chunk_size=min(cfg.chunk_size, seqlen))
-    return LanguageModel(config=cfg, **{**settings, "compile": compile_model})
+    backend, backward = VARIANTS[label]
+    cfg = dataclasses.replace(cfg, ssd_backend=backend, ssd_backward=backward, chunk_size=min(cfg.chunk_size, seqlen))
+    torch.manual_seed(0)  # the same initial weights for every variant
+    if compile_mode is not None:
+        settings["compile_mode"] = None if compile_mode == "default" else compile_mode
+    module = LanguageModel(config=cfg, **{**settings, "compile": compile_model})
+    if label == "standin":
+        torch.manual_seed(0)
+        module.model = Mamba2LM(cfg, ssd=ssd_standin)
+    module.configure_model()  # compiles, as Lightning does before fit, when compile_model
+    return module
 
 
-def bench(name: str, seqlen: int, batch: int, backends: list[str], compile_model: bool, args, device: str):
-    torch.manual_seed(0)
-    runs = {}
-    for backend in backends:
-        torch.manual_seed(0)  # same initial weights for every backend
-        module = load_module(name, backend, seqlen, compile_model).to(device)
-        step = TimedStep(
-            lambda tokens, m=module.model: next_token_loss(m, tokens),
-            list(module.parameters()),
-            module.optimizer(),
+def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: bool, args, device: str) -> list[dict]:
+    modules = {label: load_module(name, label, seqlen, compile_model, args.compile_mode).to(device) for label in labels}
+    steps = {
+        label: TimedStep(
+            lambda tokens, m=m.model: next_token_loss(m, tokens),
+            list(m.parameters()),
+            m.optimizer(fused=True),  # as training under bf16-mixed or fp32: see LanguageModel
             device,
         )
-        runs[backend] = (module, step)
-    cfg = runs[backends[0]][0].config
-    if args.autotune is not None:
-        kernels.set_autotune(args.autotune)
-    else:
-        kernels.set_autotune(runs[backends[0]][0].hparams.cutile_autotune)
+        for label, m in modules.items()
+    }
+    first = next(iter(modules.values()))
+    cfg = first.config
+    kernels.set_autotune(first.hparams.cutile_autotune if args.autotune is None else args.autotune)
     gen = torch.Generator().manual_seed(0)
     batches = [torch.randint(0, cfg.vocab_size, (batch, seqlen + 1), generator=gen).to(device) for _ in range(4)]
-    # The SSD's own marks are not traced by torch.compile: SSD times are measured in eager mode only.
-    kernels.ssd_timer.enabled = not compile_model
     warmup = {}
-    for backend, (_, step) in runs.items():
+    for label, step in steps.items():  # compilation and autotuning happen here, timed apart
         start = time.perf_counter()
         for i in range(args.warmup):
             step(batches[i % len(batches)], timed=False)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        warmup[backend] = time.perf_counter() - start
-    marks: dict[str, list] = {b: [] for b in backends}
-    for i in range(args.steps):
-        for backend in backends:  # alternate, so drift affects every backend alike
-            marks[backend].append(runs[backend][1](batches[i % len(batches)]))
-    kernels.ssd_timer.enabled = False
+        Mark(torch.device(device)).synchronize()
+        warmup[label] = time.perf_counter() - start
+
+    def loop(timed: bool) -> tuple[float, dict[str, list]]:
+        """All variants, alternating step by step (drift hits each alike); ms of the whole loop, marks."""
+        kernels.ssd_timer.enabled = timed and not compile_model  # compiled graphs carry no SSD marks
+        marks: dict[str, list] = {label: [] for label in labels}
+        start = Mark(torch.device(device))
+        for i in range(args.steps):
+            for label in labels:
+                marks[label].append(steps[label](batches[i % len(batches)], timed=timed))
+        end = Mark(torch.device(device))
+        end.synchronize()
+        kernels.ssd_timer.enabled = False
+        return start.ms_until(end), marks
+
+    timed_ms, marks = loop(timed=True)
+    plain_ms, _ = loop(timed=False)
     peak = peak_tflops(torch.cuda.get_device_name()) if device == "cuda" else None
-    tokens = batch * seqlen
+    flops = train_flops_per_token(cfg)
     records = []
-    for backend in backends:
-        samples = [m.read() for m in marks[backend]]
+    for label in labels:
+        samples = [m.read() for m in marks[label]]
         med = {k: statistics.median(s[k] for s in samples) for k in samples[0]}
-        tok_s = tokens / (med["step_ms"] / 1e3)
+        tok_s = batch * seqlen / (med["step_ms"] / 1e3)
         rec = {
             "size": name,
-            "parameters": runs[backend][0].model.num_parameters(),
-            "config": dataclasses.asdict(cfg) | {"ssd_backend": backend},
+            "parameters": modules[label].model.num_parameters(),
+            "config": dataclasses.asdict(modules[label].config),
             "seqlen": seqlen,
             "batch": batch,
-            "backend": backend,
+            "variant": label,
+            "backend": "standin" if label == "standin" else VARIANTS[label][0],
+            "backward": None if label == "standin" else VARIANTS[label][1],
             "mode": "compile" if compile_model else "eager",
+            "compile_mode": first.hparams.compile_mode if compile_model else None,
             "median": med,
             "step_ms_spread": summarize([s["step_ms"] for s in samples]),
             "tokens_per_s": tok_s,
-            "mfu": train_flops_per_token(cfg) * tok_s / (peak * 1e12) if peak else None,
+            "train_flops_per_token": flops,
+            "mfu": flops * tok_s / (peak * 1e12) if peak else None,
             "ssd_share": (med["ssd_forward_ms"] + med["ssd_backward_ms"]) / med["step_ms"],
-            "ssd_flops_share": ssd_flops_per_token(cfg) * cfg.n_layer / (train_flops_per_token(cfg) / 3),
-            "warmup_s": warmup[backend],
+            "ssd_flops_share": ssd_flops_per_token(cfg) * cfg.n_layer / (flops / 3),
+            "warmup_s": warmup[label],
             "warmup_steps": args.warmup,
+            "timer_cost": timed_ms / plain_ms - 1.0,  # the whole loop with marks over the loop without
         }
+        if args.profile:
+            prof = gpu_kernel_ms(lambda s=steps[label]: s(batches[0], timed=False), 2)
+            top = dict(list(prof["by_kernel"].items())[:20])
+            rec["profile"] = {"gpu_ms": prof["ms"], "kernels": prof["kernels"], "top_kernels_ms": top}
         records.append(rec)
+    rest = next((r["median"]["step_ms"] for r in records if r["variant"] == "standin"), None)
+    for rec in records:
+        if rest is not None and rec["variant"] != "standin":
+            rec["ssd_ms_by_subtraction"] = rec["median"]["step_ms"] - rest
+            rec["ssd_share_by_subtraction"] = rec["ssd_ms_by_subtraction"] / rec["median"]["step_ms"]
+        med = rec["median"]
         print(
-            f"{name:6s} L={seqlen:6d} {rec['mode']:7s} {backend:7s} step {med['step_ms']:8.2f} ms "
+            f"{name:6s} L={seqlen:6d} {rec['mode']:7s} {rec['variant']:10s} step {med['step_ms']:8.2f} ms "
             f"(fwd {med['forward_ms']:.2f} bwd {med['backward_ms']:.2f} opt {med['optimizer_ms']:.2f}; "
-            f"ssd fwd {med['ssd_forward_ms']:.2f} bwd {med['ssd_backward_ms']:.2f}) {tok_s:,.0f} tok/s "
-            f"mfu {rec['mfu'] or 0:.3f} peak {med.get('peak_gib', 0):.1f} GiB warm-up {warmup[backend]:.1f} s",
+            f"ssd in-step {med['ssd_forward_ms'] + med['ssd_backward_ms']:.2f}, by subtraction "
+            f"{rec.get('ssd_ms_by_subtraction', float('nan')):.2f}) {rec['tokens_per_s']:,.0f} tok/s "
+            f"mfu {rec['mfu'] or 0:.3f} peak {med.get('peak_gib', 0):.1f} GiB warm-up {rec['warmup_s']:.1f} s "
+            f"timer cost {rec['timer_cost']:+.1%}",
             flush=True,
         )
-    del runs
-    if device == "cuda":
-        torch.cuda.empty_cache()
     return records
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="results/step.json")
-    ap.add_argument("--configs", default="small,medium", help="names of configs/*.yaml (their model sections)")
-    ap.add_argument("--seqlens", default="2048,8192")
+    ap.add_argument("--configs", default="medium", help="names of configs/*.yaml, comma-separated")
+    ap.add_argument("--seqlens", default="2048")
     ap.add_argument("--tokens_per_step", type=int, default=16384, help="batch = tokens_per_step // seqlen")
-    ap.add_argument("--backends", default="cutile,triton,torch")
-    ap.add_argument("--modes", default="eager", help="eager, compile, or both: eager,compile")
+    ap.add_argument("--backends", default="standin,triton,cutile,cutile_bwd,torch", help=", ".join(VARIANTS))
+    ap.add_argument("--modes", default="eager,compile", help="eager, compile, or both: eager,compile")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument(
+        "--compile_mode",
+        default=None,
+        help="torch.compile mode for the compiled rows: default, reduce-overhead (CUDA graphs), "
+        "max-autotune-no-cudagraphs, ...; unset: the config's model.compile_mode",
+    )
+    ap.add_argument("--quick", action="store_true", help="--warmup 2 --steps 4: a minute or two per compiled cell")
+    ap.add_argument("--profile", action="store_true", help="record each variant's 20 largest GPU kernels")
     ap.add_argument(
         "--autotune",
         action=argparse.BooleanOptionalAction,
@@ -144,18 +200,26 @@ def main(argv: list[str] | None = None) -> int:
         help="tune cuTile block sizes (cached on disk); default: the config's model.cutile_autotune",
     )
     args = ap.parse_args(argv)
+    if args.quick:
+        args.warmup, args.steps = 2, 4
+    unknown = [b for b in args.backends.split(",") if b not in VARIANTS]
+    if unknown or args.steps < 1 or args.warmup < 0:
+        ap.error(f"unknown variants {unknown} (choose from {', '.join(VARIANTS)}), or steps < 1, or warmup < 0")
 
     torch.set_float32_matmul_precision("high")  # as train.py: float32 matmuls may use TF32
+    torch._dynamo.config.cache_size_limit = 64  # one compiled graph per variant and mode in this process
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    backends, skipped = available_backends(args.backends, device)
-    if not backends:
-        print("no backend can run here", file=sys.stderr)
+    wanted = args.backends.split(",")
+    runnable, skipped = available_backends(",".join(sorted({VARIANTS[b][0] for b in wanted})), device)
+    labels = [b for b in wanted if VARIANTS[b][0] in runnable]
+    if not labels:
+        print("no variant can run here", file=sys.stderr)
         return 2
     records: list[dict] = []
     payload = {
         "kind": "bench_step",
         "environment": environment(),
-        "settings": {**vars(args), "device": device, "skipped": skipped},
+        "settings": {**vars(args), "device": device, "skipped": skipped, "variants": labels},
         "records": records,
     }
     for mode in args.modes.split(","):
@@ -163,11 +227,14 @@ def main(argv: list[str] | None = None) -> int:
             for seqlen in (int(s) for s in args.seqlens.split(",")):
                 batch = max(1, args.tokens_per_step // seqlen)
                 try:
-                    records += bench(name, seqlen, batch, backends, mode == "compile", args, device)
+                    records += bench(name, seqlen, batch, labels, mode == "compile", args, device)
                 except Exception as e:  # keep what was measured; say what failed
                     print(f"FAILED {name} L={seqlen} {mode}: {type(e).__name__}: {e}", flush=True)
                     records.append({"size": name, "seqlen": seqlen, "mode": mode, "error": f"{type(e).__name__}: {e}"})
-                write_json(args.out, payload)  # after every shape: a timeout keeps what was measured
+                write_json(args.out, payload)  # after every cell: a timeout keeps what was measured
+                torch._dynamo.reset()
+                if device == "cuda":
+                    torch.cuda.empty_cache()
     print(f"wrote {write_json(args.out, payload)}")
     return 0
 

@@ -42,13 +42,21 @@ def test_bench_step_writes_json(tmp_path):
     out = tmp_path / "s.json"
     _run(
         "bench_step.py",
-        *("--configs", "tiny", "--seqlens", "64", "--tokens_per_step", "128", "--backends", "torch"),
-        *("--steps", "2", "--warmup", "1", "--out", str(out)),
+        *("--configs", "tiny", "--seqlens", "64", "--tokens_per_step", "128", "--backends", "torch,standin"),
+        *("--modes", "eager", "--steps", "2", "--warmup", "1", "--out", str(out)),
     )
     data = json.loads(out.read_text())
-    (rec,) = data["records"]
-    m = rec["median"]
-    assert rec["size"] == "tiny" and rec["batch"] == 2 and rec["config"]["d_model"] == 128  # configs/tiny.yaml
+    rows = {r["variant"]: r for r in data["records"]}
+    assert rows.keys() == {"torch", "standin"}
+    torch_row, standin = rows["torch"], rows["standin"]
+    assert (torch_row["backend"], torch_row["backward"], standin["backend"]) == ("torch", "reference", "standin")
+    assert torch_row["size"] == "tiny" and torch_row["batch"] == 2 and torch_row["config"]["d_model"] == 128
+    assert torch_row["parameters"] == standin["parameters"]  # same model, only the SSD differs
+    m = torch_row["median"]
     assert m["step_ms"] >= m["forward_ms"] > 0 and m["ssd_forward_ms"] > 0 and m["ssd_backward_ms"] > 0
+    # two steps: each median is the mean of two, so the split adds up as it does per step
     assert m["step_ms"] == pytest.approx(m["forward_ms"] + m["backward_ms"] + m["optimizer_ms"])
-    assert 0 < rec["ssd_share"] < 1 and rec["tokens_per_s"] > 0
+    assert 0 < torch_row["ssd_share"] < 1 and torch_row["tokens_per_s"] > 0
+    assert standin["median"]["ssd_forward_ms"] == 0 and "ssd_ms_by_subtraction" not in standin
+    assert torch_row["ssd_ms_by_subtraction"] == pytest.approx(m["step_ms"] - standin["median"]["step_ms"])
+    assert torch_row["timer_cost"] > -1 and torch_row["train_flops_per_token"] > 0

@@ -1,13 +1,17 @@
-"""The Mamba-2 language model: shapes, initialisation, the recurrent step, config errors."""
+"""The Mamba-2 language model: shapes, initialisation, the recurrent step, config errors; the fused step
+against the plain statement of the same model (values, gradients, a loss curve), compiled as one graph."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from lightning_modules.model.mamba2 import Mamba2Config, Mamba2LM
+from kernels.reference import ssd_chunked
+from lightning_modules.model.mamba2 import Mamba2Config, Mamba2LM, next_token_loss
 
 CFG = dict(vocab_size=97, d_model=32, n_layer=2, d_state=8, headdim=16, ngroups=2, chunk_size=8)
 
@@ -80,3 +84,122 @@ def test_initial_loss_is_near_uniform():
 def test_bad_configs(change, message):
     with pytest.raises(ValueError, match=message):
         Mamba2LM(Mamba2Config(**{**CFG, **change}))
+
+
+# -- the fused step against the plain statement of the same model ------------------------------------
+def plain_loss(model: Mamba2LM, tokens: torch.Tensor) -> torch.Tensor:
+    """The model's math written plainly, as this project first wrote it, on the model's own parameters:
+    one in_proj matmul then split, nn.functional.conv1d on channels-first activations, the RMSNorm
+    formula, the reference SSD, all logits at once and F.cross_entropy."""
+    cfg = model.cfg
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    b, l = inputs.shape
+    gn = cfg.ngroups * cfg.d_state
+
+    def norm(x, weight, z=None, group_size=None):
+        v = x * F.silu(z) if z is not None else x
+        groups = v.reshape(*v.shape[:-1], -1, group_size or v.shape[-1])
+        groups = groups * torch.rsqrt(groups.pow(2).mean(-1, keepdim=True) + cfg.norm_eps)
+        return groups.reshape(v.shape) * weight
+
+    h = F.embedding(inputs, model.embedding.weight)
+    for pre_norm, layer in zip(model.norms, model.layers):
+        z, xbc, dt = F.linear(norm(h, pre_norm.weight), layer.in_proj.weight).split(
+            [cfg.d_inner, layer.conv_dim, cfg.nheads], dim=-1
+        )
+        conv = F.conv1d(
+            xbc.transpose(1, 2), layer.conv1d.weight, layer.conv1d.bias, padding=cfg.d_conv - 1, groups=layer.conv_dim
+        )
+        x, B, C = F.silu(conv[..., :l].transpose(1, 2)).split([cfg.d_inner, gn, gn], dim=-1)
+        y, _ = ssd_chunked(
+            x.reshape(b, l, cfg.nheads, cfg.headdim),
+            dt,
+            -torch.exp(layer.A_log.float()),  # as the model: A in float32
+            B.reshape(b, l, cfg.ngroups, cfg.d_state),
+            C.reshape(b, l, cfg.ngroups, cfg.d_state),
+            cfg.chunk_size,
+            D=layer.D,
+            dt_bias=layer.dt_bias,
+            dt_softplus=True,
+        )
+        gated = norm(y.reshape(b, l, cfg.d_inner), layer.norm.weight, z, cfg.d_inner // cfg.ngroups)
+        h = h + F.linear(gated, layer.out_proj.weight)
+    logits = F.linear(norm(h, model.norm_f.weight), model.embedding.weight)
+    return F.cross_entropy(logits.reshape(-1, cfg.vocab_size), targets.reshape(-1))
+
+
+FUSED = dict(CFG, ssd_backend="torch", loss_chunk=16)  # 3 x 20 tokens: chunks of 16 do not divide them
+
+
+def test_fused_model_equals_plain_statement_in_float64():
+    torch.manual_seed(0)
+    model = Mamba2LM(Mamba2Config(**FUSED)).double()
+    tokens = torch.randint(0, 97, (3, 21))
+    loss = next_token_loss(model, tokens)
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    ref = plain_loss(model, tokens)
+    ref_grads = torch.autograd.grad(ref, list(model.parameters()))
+    torch.testing.assert_close(loss, ref, rtol=1e-12, atol=1e-12)
+    for (name, _), g, r in zip(model.named_parameters(), grads, ref_grads):
+        torch.testing.assert_close(g, r, rtol=1e-9, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float64, 1e-9), (torch.float32, 1e-4)])
+def test_loss_curve_equals_plain_statement(dtype, tolerance):
+    """20 AdamW steps from the same weights on the same batches: the fused model and the plain statement
+    trace the same loss curve, to `tolerance` (absolute, in nats) at every step."""
+    torch.manual_seed(0)
+    fused = Mamba2LM(Mamba2Config(**FUSED)).to(dtype)
+    plain = copy.deepcopy(fused)
+    gen = torch.Generator().manual_seed(1)
+    batches = [torch.randint(0, 97, (3, 21), generator=gen) for _ in range(4)]
+    curves = {}
+    for name, model, loss_fn in (("fused", fused, next_token_loss), ("plain", plain, plain_loss)):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        curve = []
+        for step in range(20):
+            opt.zero_grad()
+            loss = loss_fn(model, batches[step % 4])
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            curve.append(loss.item())
+        curves[name] = curve
+    assert curves["fused"][-1] < curves["fused"][0] - 0.5  # it learns: the curves are not flat
+    assert max(abs(a - b) for a, b in zip(curves["fused"], curves["plain"])) < tolerance
+
+
+def test_compiled_model_is_one_graph_with_the_same_loss_and_gradients():
+    """fullgraph=True fails on any graph break; the compiled loss and gradients equal the eager ones."""
+    torch.manual_seed(0)
+    model = Mamba2LM(Mamba2Config(**FUSED))
+    tokens = torch.randint(0, 97, (3, 21))
+    loss = next_token_loss(model, tokens)
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager_decomp_partition")
+    c_loss = next_token_loss(compiled, tokens)
+    c_grads = torch.autograd.grad(c_loss, list(model.parameters()))
+    torch.testing.assert_close(c_loss, loss)
+    for g, r in zip(c_grads, grads):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-6)
+
+
+def test_loss_equals_cross_entropy_of_the_logits_and_an_ssd_stand_in_replaces_the_ssd():
+    torch.manual_seed(0)
+    cfg = Mamba2Config(**FUSED)
+    model = Mamba2LM(cfg)
+    tokens = torch.randint(0, 97, (2, 15))
+    logits = model(tokens[:, :-1])
+    torch.testing.assert_close(
+        next_token_loss(model, tokens), F.cross_entropy(logits.reshape(-1, 97), tokens[:, 1:].reshape(-1))
+    )
+    calls = []
+
+    def stand_in(x, dt, A, B, C, chunk_size, D=None, **_):
+        calls.append(x.shape)
+        return x * D[:, None]
+
+    torch.manual_seed(0)
+    other = Mamba2LM(cfg, ssd=stand_in)
+    assert not torch.allclose(other(tokens), model(tokens)) and len(calls) == cfg.n_layer

@@ -1,4 +1,4 @@
-"""Training on the GPU: the cutile (and triton) backends track the torch backend's loss curve."""
+"""Training on the GPU: every SSD variant, eager and compiled, tracks the eager torch backend's loss curve."""
 
 from __future__ import annotations
 
@@ -19,13 +19,15 @@ pytestmark = [
 LOSS_TOL = 0.05
 
 
-def _losses(tmp_path, backend: str, corpus):
-    root = tmp_path / backend
+def _losses(tmp_path, corpus, backend: str, backward: str = "reference", compile_model: bool = False):
+    root = tmp_path / f"{backend}-{backward}-{'compiled' if compile_model else 'eager'}"
     train.main(
         tiny_args(
             root,
             corpus,
             f"--model.config.ssd_backend={backend}",
+            f"--model.config.ssd_backward={backward}",
+            f"--model.compile={str(compile_model).lower()}",
             "--model.config.d_model=128",
             "--model.config.headdim=64",
             "--model.config.d_state=64",
@@ -39,14 +41,34 @@ def _losses(tmp_path, backend: str, corpus):
     return series(read_metrics(root), "train/loss")
 
 
-@pytest.mark.parametrize("backend", ["cutile", "triton"])
-def test_backend_tracks_torch_loss_curve(tmp_path, backend):
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_corpus(tmp_path_factory.mktemp("corpus"), n_files=30, lines=120)
+
+
+@pytest.fixture(scope="module")
+def reference_curve(tmp_path_factory, corpus):
+    return _losses(tmp_path_factory.mktemp("torch"), corpus, "torch")
+
+
+@pytest.mark.parametrize(
+    "backend,backward,compile_model",
+    [
+        ("cutile", "reference", False),
+        ("cutile", "cutile", False),
+        ("triton", "reference", False),
+        ("torch", "reference", True),
+        ("cutile", "reference", True),
+        ("cutile", "cutile", True),
+        ("triton", "reference", True),
+    ],
+)
+def test_variant_tracks_torch_loss_curve(tmp_path, corpus, reference_curve, backend, backward, compile_model):
     reason = kernels.unavailable_reason(backend, "cuda")
     if reason is not None:
         pytest.skip(reason)
-    corpus = write_corpus(tmp_path / "corpus", n_files=30, lines=120)
-    ref = _losses(tmp_path, "torch", corpus)
-    got = _losses(tmp_path, backend, corpus)
+    got = _losses(tmp_path, corpus, backend, backward, compile_model)
+    ref = reference_curve
     assert sorted(got) == sorted(ref) and len(ref) >= 50
     diffs = [abs(got[s] - ref[s]) for s in ref]
     assert max(diffs) < LOSS_TOL, f"max |loss difference| {max(diffs):.4f}"

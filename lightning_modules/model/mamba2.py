@@ -7,8 +7,11 @@ Mamba2Block (Dao & Gu, 2024):
     xBC = SiLU(causal depthwise conv1d(xBC))
     y   = SSD(x, dt, A, B, C, D, dt_bias)  via kernels.ssd (backend and backward fixed by the config)
     y   = RMSNorm(y * SiLU(z)) per group;   out_proj: d_inner -> d_model
+The work around the SSD is in layers.py (fused under torch.compile, no copies in eager mode); the
+loss goes through the tied head a chunk of tokens at a time (loss.py), never holding all the logits.
 
-`step` runs one token with a constant-size cache (conv window + SSM state) for generation.
+`forward(tokens)` gives logits, `forward(tokens, targets)` the mean cross-entropy; `step` runs one
+token with a constant-size cache (conv window + SSM state) for generation.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from torch import Tensor, nn
 
 import kernels
 from kernels.reference import process_dt, ssd_step
+from lightning_modules.model.layers import causal_conv1d_silu, rms_norm, split_linear
+from lightning_modules.model.loss import linear_cross_entropy
 
 
 @dataclass
@@ -34,6 +39,7 @@ class Mamba2Config:
     ssd_backward: the cutile backend's backward, "reference" (autograd through kernels/reference.py)
         or "cutile" (the backward kernels); the other backends have one backward each.
     vocab_size: train.py sets it from data.vocab_size.
+    loss_chunk: tokens per chunk of the LM head + cross-entropy (loss.py): the logits held at once.
     """
 
     vocab_size: int = 4096
@@ -52,6 +58,7 @@ class Mamba2Config:
     norm_eps: float = 1e-5
     ssd_backend: str = "auto"
     ssd_backward: str = "reference"
+    loss_chunk: int = 2048
 
     @property
     def d_inner(self) -> int:
@@ -77,13 +84,23 @@ class Mamba2Config:
             raise ValueError(f"expand * d_model = {self.d_inner} must be divisible by headdim = {self.headdim}")
         if self.nheads % self.ngroups != 0:
             raise ValueError(f"nheads = {self.nheads} must be divisible by ngroups = {self.ngroups}")
-        for name in ("vocab_size", "d_model", "n_layer", "d_state", "headdim", "expand", "d_conv", "chunk_size"):
+        for name in (
+            "vocab_size",
+            "d_model",
+            "n_layer",
+            "d_state",
+            "headdim",
+            "expand",
+            "d_conv",
+            "chunk_size",
+            "loss_chunk",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
 
 class RMSNorm(nn.Module):
-    """RMSNorm over the last dim, optionally gated: norm(x * SiLU(z)), in groups of `group_size`."""
+    """RMSNorm over the last dim, optionally gated: norm(x * SiLU(z)), in groups of `group_size` (layers.rms_norm)."""
 
     def __init__(self, dim: int, eps: float = 1e-5, group_size: int | None = None):
         super().__init__()
@@ -92,25 +109,23 @@ class RMSNorm(nn.Module):
         self.group_size = group_size or dim
 
     def forward(self, x: Tensor, z: Tensor | None = None) -> Tensor:
-        dtype = x.dtype
-        x = x.float()
-        if z is not None:
-            x = x * F.silu(z.float())
-        shape = x.shape
-        x = x.reshape(*shape[:-1], -1, self.group_size)
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (x.reshape(shape) * self.weight.float()).to(dtype)
+        return rms_norm(x, self.weight, self.eps, z, self.group_size)
 
 
 class Mamba2Block(nn.Module):
-    def __init__(self, cfg: Mamba2Config, layer_idx: int):
+    """One Mamba-2 mixer. `ssd` is a function with kernels.ssd's signature: kernels.ssd itself unless a
+    benchmark passes a stand-in; it is called with the config's backend and backward."""
+
+    def __init__(self, cfg: Mamba2Config, layer_idx: int, ssd: Callable[..., Tensor] = kernels.ssd):
         super().__init__()
         self.cfg = cfg
         self.layer_idx = layer_idx
-        self.ssd_backend, self.ssd_backward = cfg.ssd_backend, cfg.ssd_backward
+        self.ssd, self.ssd_backend, self.ssd_backward = ssd, cfg.ssd_backend, cfg.ssd_backward
         d_inner, h, gn = cfg.d_inner, cfg.nheads, cfg.ngroups * cfg.d_state
         self.conv_dim = d_inner + 2 * gn
         self.in_proj = nn.Linear(cfg.d_model, 2 * d_inner + 2 * gn + h, bias=False)
+        # Holds the conv's weight (conv_dim, 1, d_conv) and bias as mamba_ssm names and initialises them;
+        # applied by layers.causal_conv1d_silu on channels-last activations.
         self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, cfg.d_conv, groups=self.conv_dim, padding=cfg.d_conv - 1)
         # dt_bias = softplus⁻¹(dt), dt log-uniform in [dt_min, dt_max]
         dt = torch.exp(torch.rand(h) * (math.log(cfg.dt_max) - math.log(cfg.dt_min)) + math.log(cfg.dt_min))
@@ -135,11 +150,10 @@ class Mamba2Block(nn.Module):
         """u: (b, l, d_model) -> (b, l, d_model)."""
         cfg = self.cfg
         b, l, _ = u.shape
-        z, xbc, dt = self._split(self.in_proj(u))
-        # Back to (b, l, channels) with channels contiguous: the kernels read rows of x, B and C.
-        xbc = F.silu(self.conv1d(xbc.transpose(1, 2))[..., :l].transpose(1, 2).contiguous())
-        x, B, C = self._split_xbc(xbc)
-        y = kernels.ssd(
+        z, xbc, dt = split_linear(u, self.in_proj.weight, [cfg.d_inner, self.conv_dim, cfg.nheads])
+        xbc = causal_conv1d_silu(xbc, self.conv1d.weight[:, 0], self.conv1d.bias)  # (b, l, conv_dim)
+        x, B, C = self._split_xbc(xbc)  # views: each token's x, B, C stay contiguous rows
+        y = self.ssd(
             x.reshape(b, l, cfg.nheads, cfg.headdim),
             dt,
             -torch.exp(self.A_log.float()),
@@ -184,26 +198,34 @@ class Mamba2Block(nn.Module):
 
 
 class Mamba2LM(nn.Module):
-    """Mamba-2 language model. forward: tokens (b, l) int64 -> logits (b, l, vocab_size)."""
+    """Mamba-2 language model: tokens (b, l) int64 -> logits (b, l, vocab_size), or the loss given targets.
 
-    def __init__(self, cfg: Mamba2Config):
+    ssd: what the blocks call for the SSD (kernels.ssd; the step benchmark passes a stand-in).
+    """
+
+    def __init__(self, cfg: Mamba2Config, ssd: Callable[..., Tensor] = kernels.ssd):
         super().__init__()
         cfg.validate()
         self.cfg = cfg
         self.embedding = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.norms = nn.ModuleList(RMSNorm(cfg.d_model, cfg.norm_eps) for _ in range(cfg.n_layer))
-        self.layers = nn.ModuleList(Mamba2Block(cfg, i) for i in range(cfg.n_layer))
+        self.layers = nn.ModuleList(Mamba2Block(cfg, i, ssd) for i in range(cfg.n_layer))
         self.norm_f = RMSNorm(cfg.d_model, cfg.norm_eps)
         nn.init.normal_(self.embedding.weight, std=0.02)
         for layer in self.layers:  # scale residual-branch outputs down with depth, as GPT-2 and Mamba do
             with torch.no_grad():
                 layer.out_proj.weight /= math.sqrt(cfg.n_layer)
 
-    def forward(self, tokens: Tensor) -> Tensor:
+    def forward(self, tokens: Tensor, targets: Tensor | None = None) -> Tensor:
+        """tokens (b, l) -> logits (b, l, vocab); with targets (b, l): the mean cross-entropy, a float32
+        scalar, computed `cfg.loss_chunk` tokens at a time (no (b, l, vocab) logits)."""
         h = self.embedding(tokens)
         for norm, layer in zip(self.norms, self.layers):
             h = h + layer(norm(h))
-        return F.linear(self.norm_f(h), self.embedding.weight)
+        h = self.norm_f(h)
+        if targets is None:
+            return F.linear(h, self.embedding.weight)
+        return linear_cross_entropy(h.flatten(0, 1), self.embedding.weight, targets.flatten(), self.cfg.loss_chunk)
 
     def allocate_cache(self, batch: int, device: torch.device, dtype: torch.dtype) -> list[dict[str, Tensor]]:
         return [layer.allocate_cache(batch, device, dtype) for layer in self.layers]
@@ -219,11 +241,7 @@ class Mamba2LM(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def next_token_loss(forward: Callable[[Tensor], Tensor], tokens: Tensor) -> Tensor:
-    """Mean cross-entropy of predicting tokens[:, 1:] from tokens[:, :-1]; tokens (b, l + 1) -> scalar.
-
-    `forward` maps (b, l) token ids to (b, l, vocab) logits: the model, or the model under torch.compile.
-    """
+def next_token_loss(model: Mamba2LM, tokens: Tensor) -> Tensor:
+    """Mean cross-entropy of predicting tokens[:, 1:] from tokens[:, :-1]; tokens (b, l + 1) -> scalar."""
     tokens = tokens.long()
-    logits = forward(tokens[:, :-1])
-    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+    return model(tokens[:, :-1], tokens[:, 1:])

@@ -1,0 +1,75 @@
+"""The step-time split on the CPU (host clock): the marks add up, are read late without loss, and a step
+missing a boundary is refused rather than read."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+import kernels
+from lightning_modules.measure.step import Lagged, StepMarks, TimedStep
+from lightning_modules.model.mamba2 import Mamba2Config, Mamba2LM, next_token_loss
+
+CPU = torch.device("cpu")
+
+
+def _marks(sleep_s: float) -> StepMarks:
+    marks = StepMarks(CPU)
+    time.sleep(sleep_s)
+    marks.mark("forward")
+    time.sleep(sleep_s)
+    marks.mark("backward")
+    time.sleep(sleep_s)
+    marks.end()
+    return marks
+
+
+def test_split_adds_up_to_the_step():
+    split = _marks(0.01).read()
+    assert split["step_ms"] == pytest.approx(split["forward_ms"] + split["backward_ms"] + split["optimizer_ms"])
+    assert all(split[k] >= 9.0 for k in ("forward_ms", "backward_ms", "optimizer_ms"))  # each slept 10 ms
+    assert "peak_gib" not in split  # no CUDA memory on the CPU
+
+
+def test_lagged_reads_each_step_once_and_late():
+    queue = Lagged(lag=2)
+    assert queue.push(0, _marks(0)) == [] and queue.push(1, _marks(0)) == []
+    ready = queue.push(2, _marks(0))
+    assert [k for k, _ in ready] == [0]
+    assert [k for k, _ in queue.push(3, _marks(0))] == [1]
+    assert [k for k, _ in queue.drain()] == [2, 3] and queue.drain() == []
+    assert [k for k, _ in Lagged(lag=0).push(7, _marks(0))] == [7]
+    with pytest.raises(ValueError, match="lag"):
+        Lagged(lag=-1)
+
+
+def test_incomplete_step_is_refused():
+    marks = StepMarks(CPU)
+    marks.end()
+    assert not marks.complete
+    with pytest.raises(RuntimeError, match="lack one of"):
+        marks.read()
+    with pytest.raises(ValueError, match="unknown step boundary"):
+        marks.mark("middle")
+
+
+def test_timed_step_trains_and_keeps_each_steps_own_ssd_time():
+    torch.manual_seed(0)
+    model = Mamba2LM(Mamba2Config(vocab_size=50, d_model=32, n_layer=2, d_state=8, headdim=16, ssd_backend="torch"))
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    step = TimedStep(lambda t: next_token_loss(model, t), list(model.parameters()), opt, CPU)
+    tokens = torch.randint(0, 50, (2, 33))
+    kernels.ssd_timer.enabled = True
+    try:
+        first, second = step(tokens), step(tokens)
+        assert step(tokens, timed=False) is None
+    finally:
+        kernels.ssd_timer.enabled = False
+    assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
+    for marks in (first, second):  # read after both ran: each kept its own two layers' SSD marks
+        assert len(marks.ssd.forward) == 2 and len(marks.ssd.backward) == 2
+        split = marks.read()
+        assert 0 < split["ssd_forward_ms"] < split["forward_ms"] and 0 < split["ssd_backward_ms"] < split["backward_ms"]
