@@ -1,10 +1,10 @@
-"""The triton backend's torch.library wrapping, on the CPU.
+"""The triton backend's torch.library wrapping.
 
-mamba_ssm (CUDA only) is absent here, so its two entry points are replaced by a test double that
-computes the same quantities with the reference SSD (forward, and the backward by autograd). The
+On the CPU, where mamba_ssm (CUDA only) is absent, its two entry points are replaced by a test double
+that computes the same quantities with the reference SSD (forward, and the backward by autograd). The
 custom ops, their fake implementations and their autograd registration are the shipped ones: these
-tests check the wrapping (schemas, fakes, which gradient goes where, no graph break under compile);
-the GPU tests check mamba_ssm's numbers.
+tests check the wrapping (schemas, fakes, which gradient goes where, no graph break under compile).
+On a GPU with mamba_ssm, the last test runs the same checks on the real library.
 """
 
 from __future__ import annotations
@@ -18,10 +18,6 @@ import pytest
 import torch
 
 from kernels.reference import ssd_chunked
-
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("mamba_ssm") is not None, reason="mamba_ssm is installed: the GPU tests cover it"
-)
 
 
 def _fwd(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None, dt_softplus=False, **_):
@@ -64,6 +60,8 @@ def _bwd(
 
 @pytest.fixture(scope="module")
 def triton_backend():
+    if importlib.util.find_spec("mamba_ssm") is not None:
+        pytest.skip("mamba_ssm is installed: test_real_mamba_ssm_on_gpu covers it")
     names = ["mamba_ssm", "mamba_ssm.ops", "mamba_ssm.ops.triton", "mamba_ssm.ops.triton.ssd_combined"]
     with pytest.MonkeyPatch.context() as mp:
         for name in names:
@@ -156,3 +154,55 @@ def test_compiles_as_one_graph(triton_backend):
     f(x_ref).backward()
     torch.testing.assert_close(loss, f(inputs["x"]))
     torch.testing.assert_close(x.grad, x_ref.grad)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_real_mamba_ssm_on_gpu():
+    """The shipped op on mamba_ssm's kernels: fake and real agree (opcheck), values and gradients match
+    the reference within bf16 tolerance, and a compiled caller keeps one graph."""
+    import kernels
+
+    reason = kernels.unavailable_reason("triton", "cuda")
+    if reason is not None:
+        pytest.skip(reason)
+    from kernels.triton_backend import ssd_triton
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    b, l, h, p, g, n = 2, 300, 4, 64, 1, 64
+    r = lambda *s, dtype=torch.bfloat16: torch.randn(*s, generator=gen, device="cuda", dtype=dtype)
+    inputs = {"x": r(b, l, h, p), "dt": r(b, l, h, dtype=torch.float32), "A": -torch.rand(h, device="cuda") - 0.5}
+    inputs |= {"B": r(b, l, g, n), "C": r(b, l, g, n), "D": r(h, dtype=torch.float32)}
+    inputs |= {"dt_bias": r(h, dtype=torch.float32), "initial_states": r(b, h, p, n, dtype=torch.float32)}
+    names = ("x", "dt", "A", "B", "C", "D", "dt_bias", "initial_states")
+    args = lambda leaves: (
+        *(leaves[k] for k in names[:5]),
+        64,
+        leaves["D"],
+        leaves["dt_bias"],
+        True,
+        leaves["initial_states"],
+    )
+
+    torch.library.opcheck(ssd_triton, args({k: v.clone().requires_grad_() for k, v in inputs.items()}))
+
+    def grads(fn):
+        leaves = {k: v.clone().requires_grad_() for k, v in inputs.items()}
+        y, state = fn(*args(leaves))
+        (y.float().square().sum() + state.square().sum()).backward()
+        return y, state, {k: leaves[k].grad for k in names}
+
+    y, state, g_tr = grads(ssd_triton)
+    y_ref, state_ref, g_ref = grads(ssd_chunked)
+    rel = lambda a, b: ((a.double() - b.double()).norm() / b.double().norm()).item()
+    assert rel(y, y_ref) < 2e-2 and rel(state, state_ref) < 2e-2
+    for k in names:
+        assert rel(g_tr[k], g_ref[k]) < 5e-2, k
+
+    x = inputs["x"].clone().requires_grad_()
+    f = lambda x: ssd_triton(x, *args(inputs)[1:])[0].float().square().sum()
+    torch._dynamo.reset()
+    torch.compile(f, fullgraph=True)(x).backward()
+    x_eager = inputs["x"].clone().requires_grad_()
+    f(x_eager).backward()
+    assert rel(x.grad, x_eager.grad) < 1e-3
