@@ -217,10 +217,16 @@ class TextDataModule(L.LightningDataModule):
         return {"tokenizer_json": self.tokenizer_path.read_text()}
 
     def load_state_dict(self, state_dict: dict) -> None:
+        """Refuse a checkpoint whose tokenizer is not the one these data settings build: its token ids would
+        mean other text."""
         saved = state_dict.get("tokenizer_json")
         if (
             saved
             and self.tokenizer_path is not None
             and json.loads(saved) != json.loads(self.tokenizer_path.read_text())
         ):
-            log.warning("the checkpoint's tokenizer differs from the one built from the current data settings")
+            raise ValueError(
+                "the checkpoint was trained with another tokenizer than the one data.* builds here (corpus, "
+                "max_documents, val_fraction, seed and vocab_size decide it); resume with the data settings that "
+                "wrote it, or drop --ckpt_path to start a fresh run"
+            )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +17,11 @@ EOS = "<|endoftext|>"
 def train_tokenizer(texts: Iterator[str], vocab_size: int, path: Path) -> Tokenizer:
     """Train byte-level BPE with `vocab_size` entries (EOS first) and save it to `path`."""
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2, special_tokens=[EOS], show_progress=True)
+    # The Rust progress bar only draws on a terminal; elsewhere it prints blank lines.
+    show_progress = sys.stderr.isatty()
+    bpe.train_from_iterator(
+        texts, vocab_size=vocab_size, min_frequency=2, special_tokens=[EOS], show_progress=show_progress
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     bpe.save(str(tmp))

@@ -124,3 +124,11 @@ def test_resumable_sampler_continues_where_it_stopped():
     assert len(nxt) == 96 and nxt != full
     ranks = [set(ResumableSampler(data, 2, r, seed=3, batch_size=8)) for r in (0, 1)]
     assert not ranks[0] & ranks[1]
+
+
+def test_checkpoint_with_another_tokenizer_is_refused(tmp_path):
+    a = build(tmp_path / "a", write_corpus(tmp_path / "corpus_a", n_files=6))
+    b = build(tmp_path / "b", write_corpus(tmp_path / "corpus_b", n_files=9, lines=40))
+    a.load_state_dict(a.state_dict())  # its own tokenizer: accepted
+    with pytest.raises(ValueError, match="another tokenizer"):
+        a.load_state_dict(b.state_dict())
