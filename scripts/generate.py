@@ -2,45 +2,25 @@
 
     python scripts/generate.py runs/tiny/checkpoints/last.ckpt --prompt "def " --max_new_tokens 200
 
-The tokenizer travels inside the checkpoint (the datamodule's state), so the checkpoint is all it needs.
+The tokenizer travels inside the checkpoint (as text), so the checkpoint is all it needs. Checkpoints are
+opened as tensors and plain data only: a file holding pickled code is refused. An error ends in one
+line on stderr (exit code 2); --debug shows the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from data.tokenizer import EOS
-from lightning_modules.language_model import LanguageModel
-from lightning_modules.model.mamba2 import Mamba2LM
-
-
-def load(checkpoint: str | Path, device: str = "cpu") -> tuple[Mamba2LM, Tokenizer]:
-    """The model and tokenizer saved in a training checkpoint."""
-    path = Path(checkpoint)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    data_state = ckpt.get("TextDataModule") or next(
-        (v for k, v in ckpt.items() if isinstance(v, dict) and "tokenizer_json" in v), None
-    )
-    if not data_state:
-        raise ValueError(f"checkpoint {str(path)!r} carries no tokenizer (was it written by train.py?)")
-    tokenizer = Tokenizer.from_str(data_state["tokenizer_json"])
-    module = LanguageModel.load_from_checkpoint(path, map_location=device)
-    module.eval()
-    return module.model, tokenizer
+from lightning_modules.checkpoint import CheckpointError, load_trained
 
 
 @torch.no_grad()
 def generate(
-    model: Mamba2LM,
+    model: torch.nn.Module,
     prompt_ids: list[int],
     max_new_tokens: int,
     temperature: float = 0.8,
@@ -48,7 +28,8 @@ def generate(
     eos_id: int | None = None,
     generator: torch.Generator | None = None,
 ) -> list[int]:
-    """Continue `prompt_ids`: one recurrent step per token, prompt included; greedy when temperature == 0."""
+    """Continue `prompt_ids` with a Mamba2LM: one recurrent step per token, prompt included; greedy when
+    temperature == 0. Returns the new token ids (the EOS that ends them left out)."""
     if not prompt_ids:
         raise ValueError("the prompt must hold at least one token")
     device = next(model.parameters()).device
@@ -82,18 +63,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top_k", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     args = ap.parse_args(argv)
-    model, tokenizer = load(args.checkpoint, args.device)
-    gen = torch.Generator().manual_seed(args.seed)
-    ids = generate(
-        model,
-        tokenizer.encode(args.prompt).ids,
-        args.max_new_tokens,
-        args.temperature,
-        args.top_k,
-        tokenizer.token_to_id(EOS),
-        gen,
-    )
+    try:
+        module, tokenizer = load_trained(args.checkpoint, args.device)
+        prompt_ids = tokenizer.encode(args.prompt).ids
+        ids = generate(
+            module.model,
+            prompt_ids,
+            args.max_new_tokens,
+            args.temperature,
+            args.top_k,
+            tokenizer.token_to_id(EOS),
+            torch.Generator().manual_seed(args.seed),
+        )
+    except Exception as err:
+        if args.debug:
+            raise
+        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if not isinstance(err, (CheckpointError, ValueError)):
+            message = f"{type(err).__name__}: {message} (the traceback: rerun with --debug)"
+        print(f"generate.py: error: {message}", file=sys.stderr)
+        return 2
     print(args.prompt + tokenizer.decode(ids))
     return 0
 

@@ -1,9 +1,13 @@
-"""Shared by the tests: tiny corpora, CSV metric reading, the offline wandb record reader, train.py arguments."""
+"""Shared by the tests: tiny corpora, CSV metric reading, the offline wandb record reader, train.py arguments
+and subprocesses, callbacks that break a run on purpose."""
 
 from __future__ import annotations
 
 import csv
+import os
 import struct
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,6 +57,20 @@ def tiny_args(root: Path, corpus: Path, *extra: str) -> list[str]:
     ]
 
 
+def subprocess_env() -> dict[str, str]:
+    """Environment for running the project's entry points as subprocesses on the CPU."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return env
+
+
+def run_script(script: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`python <script> <args>` from the repository root, output captured."""
+    return subprocess.run(
+        [sys.executable, script, *args], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
 def read_metrics(root: Path, version: int | None = None) -> list[dict[str, float]]:
     """Rows of the CSV log under root/csv (the latest version unless given), as floats, empty cells dropped."""
     versions = sorted((root / "csv").glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
@@ -98,6 +116,19 @@ class InterruptAt(Callback):
     def on_train_batch_start(self, trainer: L.Trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_step == self.step:
             raise RuntimeError(f"simulated crash at step {self.step}")
+
+
+class PoisonAt(Callback):
+    """Fills the weights with NaN at a given step, so that its loss is not finite."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            with torch.no_grad():
+                for p in pl_module.parameters():
+                    p.fill_(float("nan"))
 
 
 class DumpWeights(Callback):

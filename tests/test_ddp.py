@@ -5,7 +5,6 @@ DDP relaunches the script for its other ranks, so these run train.py as subproce
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -13,15 +12,9 @@ import sys
 import pytest
 import torch
 
-from tests.helpers import ROOT, read_metrics, series, tiny_args, write_corpus
+from tests.helpers import ROOT, read_metrics, series, subprocess_env, tiny_args, write_corpus
 
 pytestmark = pytest.mark.slow
-
-
-def _env():
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    return env
 
 
 def _free_port() -> int:
@@ -42,7 +35,7 @@ def test_two_process_ddp_on_cpu(tmp_path):
         "--logging.wandb=false",
     )
     done = subprocess.run(
-        [sys.executable, "train.py", *args], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600
+        [sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = read_metrics(root)
@@ -50,6 +43,9 @@ def test_two_process_ddp_on_cpu(tmp_path):
     last = [r for r in rows if "time/step_ms_rank1" in r][-1]
     assert last["time/step_ms_max"] == max(last["time/step_ms_rank0"], last["time/step_ms_rank1"])
     assert (root / "checkpoints" / "last.ckpt").is_file()
+    # One process per machine tokenizes (prepare_data); the other reads the cache: one set of progress bars.
+    for desc in ("tokenizing train:   0%", "tokenizing val:   0%"):
+        assert done.stderr.count(desc) == 1, f"{desc!r} shown {done.stderr.count(desc)} times"
 
 
 def test_two_nodes_through_torchrun_agree_on_weights(tmp_path):
@@ -83,7 +79,9 @@ def test_two_nodes_through_torchrun_agree_on_weights(tmp_path):
             *args,
         ]
         procs.append(
-            subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            subprocess.Popen(
+                cmd, cwd=ROOT, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
         )
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     for p, out in zip(procs, outputs):
