@@ -94,6 +94,7 @@ def make_loggers(cfg: LoggingConfig, root_dir: str, resumed: dict | None = None,
                 "wandb is not installed: logging to CSV only (pip install wandb for dashboards)", stacklevel=2
             )
         else:
+            Path(root_dir).mkdir(parents=True, exist_ok=True)  # wandb warns about a missing git root otherwise
             run_id = resumed.get("wandb")
             loggers.append(
                 WandbLogger(
