@@ -23,6 +23,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 from pathlib import Path
 
 import torch
@@ -208,7 +209,10 @@ def main(args: list[str] | None = None) -> TrainCLI:
         _fail(f"{_one_line(err)}{hint}", 2)
     finished, outcome = False, None
     try:
-        cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.resume_path, weights_only=True)
+        with warnings.catch_warnings():
+            if cli.resume_path:  # a resumed run writes into its own checkpoint directory: nothing to warn about
+                warnings.filterwarnings("ignore", message="Checkpoint directory .* exists and is not empty")
+            cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.resume_path, weights_only=True)
         finished = True
     except SystemExit:
         if not cli.trainer.interrupted:

@@ -86,8 +86,8 @@ def test_two_nodes_through_torchrun_agree_on_weights(tmp_path):
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     for p, out in zip(procs, outputs):
         assert p.returncode == 0, out[-3000:]
-    w0 = torch.load(root / "weights_rank0.pt")
-    w1 = torch.load(root / "weights_rank1.pt")
+    w0 = torch.load(root / "weights_rank0.pt", weights_only=True)
+    w1 = torch.load(root / "weights_rank1.pt", weights_only=True)
     assert w0.keys() == w1.keys()
     for k in w0:
         assert torch.equal(w0[k], w1[k]), k

@@ -76,6 +76,8 @@ def test_stopped_at_random_moments_resumes_to_the_same_weights_and_losses(tmp_pa
     assert stopped.returncode == 130, f"seed {seed}: {stopped.stderr[-3000:]}"
     assert stopped.stderr.strip().splitlines()[-1].startswith("train.py: error: interrupted at step")
     last = root / "checkpoints" / "last.ckpt"
+    logged, saved = _logged_steps(root), read_checkpoint(last, mmap=True)["global_step"]
+    assert logged - saved <= 2, f"seed {seed}: the last checkpoint (step {saved}) trails step {logged}"
     # Then kill -9, several times in a row, each run resumed from `last`, whose checkpoint is at most 2 steps old.
     resumed_from = []
     for _ in range(4):
