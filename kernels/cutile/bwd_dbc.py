@@ -11,14 +11,11 @@ After the heads: dC += dCB_Σ B and dB += dCB_Σᵀ C, two more products (C·B�
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
-
 import cuda.tile as ct
 import torch
 
 from kernels.cutile.chunk_cumsum import LOG2E
-from kernels.cutile.launch import launch, next_pow2, shape_key
+from kernels.cutile.launch import WholeChunkConfig, launch, next_pow2, shape_key, whole_chunk_space, with_occupancy
 
 ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
@@ -91,22 +88,6 @@ def bwd_dbc_kernel(
     ct.store(dB, index=(bi, k, gi, 0), tile=db_acc.astype(dB.dtype).reshape((1, Q, 1, TILE_N)))
 
 
-@dataclass(frozen=True)
-class DbcConfig:
-    """Occupancy of one bwd_dbc launch (the tile is the whole chunk)."""
-
-    occupancy: int = 1
-
-
-def search_space() -> list[DbcConfig]:
-    return [DbcConfig(occ) for occ in (1, 2)]
-
-
-@functools.cache
-def _kernel(occupancy: int):
-    return bwd_dbc_kernel.replace_hints(occupancy=occupancy)
-
-
 def bwd_dbc(
     x: torch.Tensor,
     dy: torch.Tensor,
@@ -133,10 +114,10 @@ def bwd_dbc(
     da_inter = torch.empty_like(dt_out)
     rows = (b, h, nchunks * chunk_size)
 
-    def spec(cfg: DbcConfig) -> tuple[tuple[int, ...], object, tuple]:
+    def spec(cfg: WholeChunkConfig) -> tuple[tuple[int, ...], object, tuple]:
         args = (x, dy, B, C, dt_out.view(rows), dA_cumsum.view(rows), chunk_states, dstates, dB, dC)
         args += (da_inter.view(rows), h // g, g, chunk_size, next_pow2(p), next_pow2(n), x.dtype == torch.float32)
-        return (b * g, nchunks), _kernel(cfg.occupancy), args
+        return (b * g, nchunks), with_occupancy(bwd_dbc_kernel, cfg.occupancy), args
 
-    launch("bwd_dbc", shape_key(x, B, chunk_size), DbcConfig(), search_space, spec, x.device)
+    launch("bwd_dbc", shape_key(x, B, chunk_size), WholeChunkConfig(), whole_chunk_space, spec, x.device)
     return dB, dC, da_inter

@@ -10,14 +10,12 @@ and stores G after chunk 0 as the gradient of the initial state.
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
-
 import cuda.tile as ct
 import torch
 
 from kernels.cutile.chunk_cumsum import LOG2E
-from kernels.cutile.launch import launch, shape_key
+from kernels.cutile.fwd_pass_state import StateConfig, search_space
+from kernels.cutile.launch import launch, shape_key, with_occupancy
 
 ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
@@ -77,32 +75,6 @@ def bwd_pass_state_kernel(
     ct.store(dinitial_states, index=(bi, hi, pj, nj), tile=grad.reshape((1, 1, TILE_P, TILE_N)))
 
 
-@dataclass(frozen=True)
-class PassConfig:
-    """Block sizes and occupancy of one bwd_pass_state launch."""
-
-    TILE_P: int = 32
-    TILE_N: int = 64
-    latency: int = 4
-    occupancy: int = 2
-
-
-def search_space(headdim: int, dstate: int) -> list[PassConfig]:
-    """Configurations worth timing for this head dim and state dim."""
-    return [
-        PassConfig(tp, tn, 4, occ)
-        for tp in (16, 32, 64)
-        for tn in (32, 64, 128)
-        for occ in (1, 2, 4)
-        if tp <= max(16, headdim) and tn <= max(32, dstate)
-    ]
-
-
-@functools.cache
-def _kernel(occupancy: int):
-    return bwd_pass_state_kernel.replace_hints(occupancy=occupancy)
-
-
 def bwd_pass_state(
     dy: torch.Tensor,
     C: torch.Tensor,
@@ -125,12 +97,12 @@ def bwd_pass_state(
     dfinal = dinit if dfinal_state is None else dfinal_state.to(torch.float32).contiguous()
     rows = (b, h, nchunks * chunk_size)
 
-    def spec(cfg: PassConfig) -> tuple[tuple[int, ...], object, tuple]:
+    def spec(cfg: StateConfig) -> tuple[tuple[int, ...], object, tuple]:
         grid = (b * h, -(-p // cfg.TILE_P), -(-n // cfg.TILE_N))
         args = (dy, C, dA_cumsum.view(rows), dfinal, dstates, dinit, h, h // g, chunk_size, cfg.TILE_P, cfg.TILE_N)
         args += (dfinal_state is not None, dy.dtype == torch.float32, cfg.latency)
-        return grid, _kernel(cfg.occupancy), args
+        return grid, with_occupancy(bwd_pass_state_kernel, cfg.occupancy), args
 
     key = shape_key(dy, C, chunk_size)
-    launch("bwd_pass_state", key, PassConfig(), lambda: search_space(p, n), spec, dy.device)
+    launch("bwd_pass_state", key, StateConfig(), lambda: search_space(p, n), spec, dy.device)
     return dstates, dinit

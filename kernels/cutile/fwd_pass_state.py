@@ -10,14 +10,13 @@ Sequential steps: number of chunks, not number of tokens.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import cuda.tile as ct
 import torch
 
 from kernels.cutile.chunk_cumsum import LOG2E
-from kernels.cutile.launch import launch, shape_key
+from kernels.cutile.launch import launch, shape_key, with_occupancy
 
 ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
@@ -81,7 +80,7 @@ def fwd_pass_state_kernel(
 
 @dataclass(frozen=True)
 class StateConfig:
-    """Block sizes and occupancy of one fwd_pass_state launch."""
+    """Block sizes and occupancy of one fwd_pass_state (or bwd_pass_state) launch."""
 
     TILE_P: int = 32
     TILE_N: int = 64
@@ -99,11 +98,6 @@ def search_space(headdim: int, dstate: int) -> list[StateConfig]:
             for occ in (1, 2, 4):
                 space.append(StateConfig(tp, tn, 4, occ))
     return space
-
-
-@functools.cache
-def _kernel(occupancy: int):
-    return fwd_pass_state_kernel.replace_hints(occupancy=occupancy)
 
 
 def fwd_pass_state(
@@ -133,7 +127,7 @@ def fwd_pass_state(
         grid = (b * h, -(-p // cfg.TILE_P), -(-n // cfg.TILE_N))
         args = (x, B, dt_out.view(rows), dA_cumsum.view(rows), init, chunk_states, final_state, h, h // g)
         args += (chunk_size, cfg.TILE_P, cfg.TILE_N, initial_states is not None, x.dtype == torch.float32, cfg.latency)
-        return grid, _kernel(cfg.occupancy), args
+        return grid, with_occupancy(fwd_pass_state_kernel, cfg.occupancy), args
 
     key = shape_key(x, B, chunk_size)
     launch("fwd_pass_state", key, StateConfig(), lambda: search_space(p, n), spec, x.device)

@@ -3,8 +3,10 @@ device and that device's current stream, and turn a compile failure into an erro
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import cuda.tile as ct
@@ -47,3 +49,20 @@ def launch(name: str, key: str, default: T, space: Callable[[], Sequence[T]], sp
 def next_pow2(v: int, floor: int = 16) -> int:
     """The tile extent covering `v` elements: a power of two, at least `floor`."""
     return max(floor, 1 << (v - 1).bit_length())
+
+
+@functools.cache
+def with_occupancy(kernel: Any, occupancy: int) -> Any:
+    """`kernel` with an occupancy hint: one object per pair, so cuTile's compile cache stays with it."""
+    return kernel.replace_hints(occupancy=occupancy)
+
+
+@dataclass(frozen=True)
+class WholeChunkConfig:
+    """Occupancy of a launch whose program holds a whole chunk (bwd_dx, bwd_dbc): nothing else to choose."""
+
+    occupancy: int = 1
+
+
+def whole_chunk_space() -> list[WholeChunkConfig]:
+    return [WholeChunkConfig(occ) for occ in (1, 2)]
