@@ -98,8 +98,10 @@ def ssd_fwd(
 ) -> tuple[Tensor, Tensor]:
     """cuTile forward: y (b, l, h, p) in x's dtype, final_state (b, h, p, n) float32.
 
-    `backward` ("reference" or "cutile") chooses how its gradient is computed.
+    `backward` ("reference" or "cutile") chooses how its gradient is computed. This op is the cutile backend
+    of `kernels.ssd`; it checks its inputs first (at run time also under torch.compile).
     """
+    check_inputs(x, dt, A, B, C, chunk_size, D, dt_bias, initial_states, backward)
     dt_out, dA_cumsum = chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
     chunk_states, final_state = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
     return compute_out(x, B, C, dt_out, dA_cumsum, chunk_states, D), final_state
@@ -192,21 +194,3 @@ def _backward(ctx, dy: Tensor | None, dfinal: Tensor | None):
 
 
 torch.library.register_autograd("mamba2_cutile::ssd_fwd", _backward, setup_context=_setup_context)
-
-
-def ssd_cutile(
-    x: Tensor,
-    dt: Tensor,
-    A: Tensor,
-    B: Tensor,
-    C: Tensor,
-    chunk_size: int,
-    D: Tensor | None = None,
-    dt_bias: Tensor | None = None,
-    dt_softplus: bool = False,
-    initial_states: Tensor | None = None,
-    backward: str = "reference",
-) -> tuple[Tensor, Tensor]:
-    """The cutile backend of `kernels.ssd`: checks the inputs, then runs the differentiable op."""
-    check_inputs(x, dt, A, B, C, chunk_size, D, dt_bias, initial_states, backward)
-    return ssd_fwd(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, backward)
