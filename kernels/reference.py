@@ -80,6 +80,17 @@ def chunk_cumsum(
     return dt_out, dA_cumsum
 
 
+def _decay(dA_cumsum: Tensor) -> Tensor:
+    """(..., Q) -> (..., Q, Q) with [t, s] = exp(Λ_t − Λ_s) for s <= t, 0 above the diagonal.
+
+    Masked before the exponential: above the diagonal Λ_t − Λ_s > 0 could overflow.
+    """
+    Q = dA_cumsum.shape[-1]
+    causal = torch.ones(Q, Q, dtype=torch.bool, device=dA_cumsum.device).tril()
+    diff = dA_cumsum[..., :, None] - dA_cumsum[..., None, :]
+    return torch.exp(diff.masked_fill(~causal, float("-inf")))
+
+
 def _segsum(a: Tensor) -> Tensor:
     """(..., T) -> (..., T, T) with [k, j] = a_{j+1} + ... + a_k for j <= k, and -inf above the diagonal.
 
@@ -163,10 +174,7 @@ def compute_out(
     G = dA_cumsum.reshape(b, g, r, c, Q)
     # Intra-chunk: C·Bᵀ per group (shared by its heads), the pairwise decay and the causal mask per head.
     CB = torch.einsum("bctgn,bcsgn->bgcts", Cc, Bc)[:, :, None]  # (b, g, 1, c, t, s)
-    causal = torch.ones(Q, Q, dtype=torch.bool, device=x.device).tril()
-    # Mask before exp: above the diagonal G_t - G_s > 0 could overflow.
-    log_decay = (G[..., :, None] - G[..., None, :]).masked_fill(~causal, float("-inf"))
-    scores = CB * torch.exp(log_decay) * dt_out.reshape(b, g, r, c, 1, Q)
+    scores = CB * _decay(G) * dt_out.reshape(b, g, r, c, 1, Q)
     y = torch.einsum("bgrcts,bcsgrp->bctgrp", scores, xc)
     # Inter-chunk: the state entering the chunk, decayed to token t and read by C_t.
     states = chunk_states.reshape(b, c, g, r, p, n)

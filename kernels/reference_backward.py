@@ -29,7 +29,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from kernels.reference import _heads_from_groups, _pad_tokens, chunk_cumsum, fwd_pass_state
+from kernels.reference import _decay, _heads_from_groups, _pad_tokens, chunk_cumsum, fwd_pass_state
 
 
 def _per_chunk(t: Tensor, c: int, Q: int, nheads: int | None = None) -> Tensor:
@@ -44,14 +44,6 @@ def _chunked_x_dy(x: Tensor, dy: Tensor, dt_out: Tensor) -> tuple[Tensor, Tensor
     """x and dy as (b, c, Q, h, p) in the compute dtype of dt_out."""
     _, _, c, Q = dt_out.shape
     return _per_chunk(x.to(dt_out.dtype), c, Q), _per_chunk(dy.to(dt_out.dtype), c, Q)
-
-
-def _decay(dA_cumsum: Tensor) -> Tensor:
-    """L[b, h, c, t, s] = exp(Λ_t − Λ_s) for s <= t, 0 above the diagonal (masked before exp)."""
-    Q = dA_cumsum.shape[-1]
-    causal = torch.ones(Q, Q, dtype=torch.bool, device=dA_cumsum.device).tril()
-    diff = dA_cumsum[..., :, None] - dA_cumsum[..., None, :]
-    return torch.exp(diff.masked_fill(~causal, float("-inf")))
 
 
 def _exclusive_cumsum(t: Tensor, dim: int) -> Tensor:

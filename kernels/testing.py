@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from kernels import reference, reference_backward
+
 
 def random_inputs(
     b: int,
@@ -66,8 +68,6 @@ def stage_inputs(
     stages: dt_out, dA_cumsum, chunk_states, final_state, dstates, dinitial_states.
     l defaults to 2 * chunk + 37 (a short last chunk).
     """
-    from kernels import reference, reference_backward
-
     l = 2 * chunk + 37 if l is None else l
     t: dict[str, Tensor | None] = dict(random_inputs(b, l, h, p, g, n, dtype, seed=seed, device=device, init=True))
     gen = torch.Generator(device="cpu").manual_seed(seed + 1)
