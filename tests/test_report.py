@@ -91,6 +91,8 @@ def test_report_pools_runs_and_renders_what_the_json_holds(tmp_path):
     head = readme.read_text()
     assert pooled in head and pooled in text and "3 runs" in head and "1 run" in head
     assert "stale" not in head and head.startswith("intro\n") and head.endswith("rest\n")
+    # A headline figure needs 3 processes: the step benchmark (1 run) is named there, its rows are not shown.
+    assert "| training step," not in head and "Not in the headline, measured in 1 run" in head
 
     # Every backend label, in the JSON's order; every step mode and row; captions from the JSON.
     labels = ["cutile", "triton", "cutile + cutile backward"]  # the reference backward is cutile's own
