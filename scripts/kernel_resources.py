@@ -1,0 +1,46 @@
+"""Registers, stack (spills) and shared memory of the cuTile kernels, with no GPU: each AOT specialization
+(kernels/cutile/aot.py) is compiled to a cubin and read with cuobjdump (pip install nvidia-cuda-cuobjdump).
+
+    python scripts/kernel_resources.py --cuobjdump PATH/cuobjdump [--arch sm_90] [--only bwd_dx]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import re
+import subprocess
+import sys
+import tempfile
+
+from cuda.tile import compilation as ctc
+
+from kernels.cutile import aot
+
+
+def resources(kernel: object, signature: ctc.KernelSignature, arch: str, cuobjdump: str) -> str:
+    """cuobjdump's REG/STACK/SHARED/LOCAL line for one specialization."""
+    cubin = io.BytesIO()
+    ctc.export_kernel(kernel, [signature], cubin, gpu_code=arch, output_format="cubin")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin.getvalue())
+        f.flush()
+        out = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+    found = re.search(r"REG:\d+ STACK:\d+ SHARED:\d+ LOCAL:\d+", out)
+    return found.group(0) if found else out.strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cuobjdump", required=True, help="path of the cuobjdump binary")
+    ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--only", default="", help="keep specializations whose label contains this text")
+    args = ap.parse_args(argv)
+    for label, kernel, signature in (*aot.signatures(), *aot.backward_signatures(args.arch)):
+        if args.only in label:
+            print(f"{label:60s} {resources(kernel, signature, args.arch, args.cuobjdump)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
