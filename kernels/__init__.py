@@ -14,11 +14,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kernels.backends import BACKENDS, implementation, resolve, unavailable_reason
+from kernels.backends import BACKENDS, BACKWARDS, implementation, resolve, unavailable_reason
 from kernels.cutile.tuning import set_autotune
 from kernels.timing import ssd_timer, timed
 
-BACKWARDS = ("reference", "cutile")
 __all__ = [
     "BACKENDS",
     "BACKWARDS",

@@ -20,9 +20,11 @@ import torch
 log = logging.getLogger("kernels")
 
 BACKENDS = ("torch", "cutile", "triton")
+BACKWARDS = ("reference", "cutile")  # the cutile backend's gradient: autograd through the reference, or kernels
 INSTALL_HINTS = {"cutile": "pip install 'cuda-tile[tileiras]'", "triton": "install mamba_ssm 2.3.2.post1 and triton"}
 
 
+@functools.cache
 def implementation(name: str) -> Callable:
     """The function of backend `name`, with kernels.ssd's signature up to initial_states (cutile: and backward)."""
     if name == "torch":

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from kernels import reference
+from kernels.backends import BACKWARDS
 from kernels.cutile.bwd_dbc import bwd_dbc
 from kernels.cutile.bwd_dx import bwd_dx
 from kernels.cutile.bwd_pass_state import bwd_pass_state
@@ -25,7 +26,6 @@ from kernels.cutile.compute_out import compute_out
 from kernels.cutile.fwd_pass_state import fwd_pass_state
 from kernels.reference_backward import Passes, ssd_backward
 
-BACKWARDS = ("reference", "cutile")
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 SUPPORTED_CHUNKS = (16, 32, 64, 128, 256)
 BACKWARD_CHUNKS = (16, 32, 64, 128)  # the backward holds a chunk x chunk tile per program
