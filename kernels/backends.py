@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections.abc import Callable
 
 import torch
@@ -73,6 +74,14 @@ def unavailable_reason(name: str, device: torch.device | str) -> str | None:
     return None
 
 
+def _global_rank_zero() -> bool:
+    """Whether this process is rank 0 of its distributed job, or in none (torch.distributed's rank once a
+    process group exists, else the launcher's RANK variable)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank() == 0
+    return os.environ.get("RANK", "0") == "0"
+
+
 @functools.cache
 def _resolve(name: str, device_type: str, device_index: int | None) -> str:
     device = torch.device(device_type, device_index) if device_index is not None else torch.device(device_type)
@@ -80,7 +89,8 @@ def _resolve(name: str, device_type: str, device_index: int | None) -> str:
         reason = unavailable_reason("cutile", device)
         chosen = "cutile" if reason is None else "torch"
         why = "cuTile kernels on the GPU" if reason is None else f"pure PyTorch, because {reason}"
-        log.warning("SSD backend auto -> %s (%s)", chosen, why)
+        if _global_rank_zero():  # one line per job, not one per rank
+            log.warning("SSD backend auto -> %s (%s)", chosen, why)
         return chosen
     reason = unavailable_reason(name, device)
     if reason is not None:
@@ -92,7 +102,7 @@ def _resolve(name: str, device_type: str, device_index: int | None) -> str:
 def resolve(name: str, device_type: str, device_index: int | None = None) -> str:
     """The concrete backend for `name` on this device; raises RuntimeError if it cannot run.
 
-    `auto` becomes cutile where cutile can run, else torch, and says so once per device.
+    `auto` becomes cutile where cutile can run, else torch, and says so once per device (on global rank 0 only).
     Under torch.compile this runs once at trace time and its answer is a constant of the graph.
     """
     return _resolve(name, device_type, device_index)

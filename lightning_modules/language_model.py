@@ -3,6 +3,8 @@
 The training step does not wait for the GPU: the loss is checked for NaN/inf one step late (its value is
 copied to the host asynchronously) and, at the latest, before any checkpoint is written. AdamW is fused
 (one kernel for all parameters) wherever no gradient scaler is in use, with gradient clipping done here.
+Under FSDP (lightning_modules.strategies) each rank holds a flat shard of every parameter: the weight-decay
+groups come from tags set on the whole parameters (Mamba2LM), and clipping uses FSDP's norm over all shards.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torchmetrics import MeanMetric
 
 import kernels
+import lightning_modules.strategies  # noqa: F401  (registers the "ddp" and "fsdp" strategies)
 from kernels.timing import Mark
 from lightning_modules.model.mamba2 import Mamba2Config, Mamba2LM, next_token_loss
 
@@ -49,6 +52,7 @@ class LanguageModel(L.LightningModule):
         self.save_hyperparameters()
         self.config = config
         self.model = Mamba2LM(config)
+        self.parameter_count = self.model.num_parameters()  # before any sharding
         self.val_loss = MeanMetric()
         self._compiled = False
         self._pending_loss: tuple[int, torch.Tensor, Mark] | None = None
@@ -116,8 +120,8 @@ class LanguageModel(L.LightningModule):
         not scaled (bf16 or fp32, not fp16 with a GradScaler), see configure_gradient_clipping.
         """
         decay, no_decay = [], []
-        for p in self.model.parameters():
-            (no_decay if p.dim() < 2 or getattr(p, "_no_weight_decay", False) else decay).append(p)
+        for p in self.model.parameters():  # tagged by Mamba2LM: under FSDP the shapes here are flat shards
+            (no_decay if getattr(p, "_no_weight_decay", False) else decay).append(p)
         groups = [
             {"params": decay, "weight_decay": self.hparams.weight_decay},
             {"params": no_decay, "weight_decay": 0.0},
@@ -149,11 +153,26 @@ class LanguageModel(L.LightningModule):
 
         Lightning 2.6 refuses to clip for any optimizer that can unscale gradients itself (fused AdamW),
         though without a gradient scaler (bf16-mixed, fp32) there is nothing to unscale and clipping is
-        exact. With a scaler (16-mixed) the optimizer is not fused and Lightning clips as usual.
+        exact. With a scaler (16-mixed) the optimizer is not fused and Lightning clips as usual. Under FSDP
+        each rank holds a shard of the gradients: the norm is FSDP's, over all shards (Lightning's FSDP
+        precision plugin has unscaled them already when a scaler is in use).
         """
+        sharded = self._fsdp_root()
+        if sharded is not None and gradient_clip_val and gradient_clip_algorithm != "value":
+            sharded.clip_grad_norm_(gradient_clip_val)
+            return
         if self._scaled_gradients() or not gradient_clip_val:
             return super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
         if gradient_clip_algorithm == "value":
             torch.nn.utils.clip_grad_value_(self.parameters(), gradient_clip_val, foreach=True)
         else:
             torch.nn.utils.clip_grad_norm_(self.parameters(), gradient_clip_val, foreach=True)
+
+    def _fsdp_root(self):
+        """The FullyShardedDataParallel module wrapping this one when training under FSDP, else None."""
+        wrapped = self.trainer.strategy.model if self._trainer is not None else None
+        if not torch.distributed.is_available() or wrapped is None:
+            return None
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        return wrapped if isinstance(wrapped, FullyShardedDataParallel) else None

@@ -85,7 +85,7 @@ class StepTimer(Callback):
             "versions": {k: env.get(k) for k in ("torch", "triton", "cuda_tile", "mamba_ssm", "lightning", "gpu")},
             "world_size": trainer.world_size,
             "train_flops_per_token": self.flops_per_token,
-            "parameters": pl_module.model.num_parameters(),
+            "parameters": pl_module.parameter_count,
         }
         for logger in trainer.loggers:
             logger.log_hyperparams(run_info)

@@ -212,6 +212,9 @@ class Mamba2LM(nn.Module):
         self.layers = nn.ModuleList(Mamba2Block(cfg, i, ssd) for i in range(cfg.n_layer))
         self.norm_f = RMSNorm(cfg.d_model, cfg.norm_eps)
         nn.init.normal_(self.embedding.weight, std=0.02)
+        for p in self.parameters():  # norms, biases, A_log, D, dt_bias; tagged while shapes are whole (FSDP flattens)
+            if p.dim() < 2:
+                p._no_weight_decay = True
         for layer in self.layers:  # scale residual-branch outputs down with depth, as GPT-2 and Mamba do
             with torch.no_grad():
                 layer.out_proj.weight /= math.sqrt(cfg.n_layer)
