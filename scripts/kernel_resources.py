@@ -2,6 +2,7 @@
 (kernels/cutile/aot.py) is compiled to a cubin and read with cuobjdump (pip install nvidia-cuda-cuobjdump).
 
     python scripts/kernel_resources.py --cuobjdump PATH/cuobjdump [--arch sm_90] [--only bwd_dx]
+    python scripts/kernel_resources.py --cuobjdump PATH/cuobjdump --only bwd_dbc --hints num_worker_warps=8
 """
 
 from __future__ import annotations
@@ -35,9 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cuobjdump", required=True, help="path of the cuobjdump binary")
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--only", default="", help="keep specializations whose label contains this text")
+    ap.add_argument("--hints", default="", help="kernel hints to apply, e.g. occupancy=2,num_worker_warps=8")
     args = ap.parse_args(argv)
-    for label, kernel, signature in (*aot.signatures(), *aot.backward_signatures(args.arch)):
+    hints = {k: int(v) for k, v in (h.split("=") for h in args.hints.split(",") if h)}
+    for label, kernel, signature in (*aot.signatures(), *aot.backward_signatures()):
         if args.only in label:
+            kernel = kernel.replace_hints(**hints) if hints else kernel
             print(f"{label:60s} {resources(kernel, signature, args.arch, args.cuobjdump)}", flush=True)
     return 0
 

@@ -20,7 +20,7 @@ def test_every_kernel_compiles_to_a_cubin(arch):
     sizes = aot.export_all(arch)
     names = {label.split("[")[0] for label in sizes}
     assert names == {"chunk_cumsum", "fwd_pass_state", "compute_out", "bwd_pass_state", "bwd_dx", "bwd_dbc"}
-    assert len(sizes) == len(list(aot.signatures())) + len(list(aot.backward_signatures(arch)))
+    assert len(sizes) == len(list(aot.signatures())) + len(list(aot.backward_signatures()))
     assert all(size > 1000 for size in sizes.values())
 
 
@@ -159,3 +159,29 @@ def test_cutile_backward_glue_with_reference_passes(monkeypatch):
             assert a.dtype == w.dtype and a.is_contiguous()
     absent = cutile_ssd.ssd_bwd(dy, None, x, dt, A, B, C, 16, None, None, False, None, "cutile")
     assert absent[5].numel() == absent[6].numel() == absent[7].numel() == 0
+
+
+def test_cutile_backward_runs_at_its_own_chunk_size(monkeypatch):
+    """Forward chunk 128 or 256: the cuTile backward's passes see BACKWARD_CHUNK-token chunks and still
+    give the gradients of the forward's chunked form (float64, reference passes swapped in)."""
+    from kernels import reference_backward
+
+    seen = []
+
+    def chunk_cumsum(dt, A, chunk_size, *rest):
+        seen.append(chunk_size)
+        return reference_backward.REFERENCE.chunk_cumsum(dt, A, chunk_size, *rest)
+
+    monkeypatch.setattr(cutile_ssd, "CUTILE", reference_backward.REFERENCE._replace(chunk_cumsum=chunk_cumsum))
+    torch.manual_seed(2)
+    b, l, h, p, g, n = 1, 300, 2, 4, 1, 4
+    f64 = torch.float64
+    x, B, C = torch.randn(b, l, h, p, dtype=f64), torch.randn(b, l, g, n, dtype=f64), torch.randn(b, l, g, n, dtype=f64)
+    dt, A, dy = torch.randn(b, l, h, dtype=f64), -torch.rand(h, dtype=f64) - 0.1, torch.randn(b, l, h, p, dtype=f64)
+    for chunk in (128, 256):
+        seen.clear()
+        got = cutile_ssd.ssd_bwd(dy, None, x, dt, A, B, C, chunk, None, None, True, None, "cutile")
+        want = cutile_ssd.ssd_bwd(dy, None, x, dt, A, B, C, chunk, None, None, True, None, "reference")
+        assert seen == [cutile_ssd.BACKWARD_CHUNK]
+        for a, w in zip(got[:5], want[:5]):
+            torch.testing.assert_close(a, w, rtol=1e-9, atol=1e-10)

@@ -2,7 +2,7 @@
 
 CI runs `export_all("sm_90")` and `export_all("sm_100")`, so a kernel that stops compiling for
 Hopper or Blackwell fails CI. Each kernel is compiled for the specializations the SSD launches:
-chunk sizes 64/128/256 (backward: 64/128), bf16/fp16/fp32 inputs, with and without the optional inputs.
+chunk sizes 64/128/256 (backward: 64, its own chunk size), bf16/fp16/fp32 inputs, with and without the optional inputs.
 
     python -m kernels.cutile.aot sm_90 sm_100
 """
@@ -23,6 +23,7 @@ from kernels.cutile.bwd_pass_state import bwd_pass_state_kernel
 from kernels.cutile.chunk_cumsum import chunk_cumsum_kernel
 from kernels.cutile.compute_out import compute_out_kernel
 from kernels.cutile.fwd_pass_state import fwd_pass_state_kernel
+from kernels.cutile.ssd import BACKWARD_CHUNK
 
 DTYPES = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}
 
@@ -81,17 +82,15 @@ def signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
             )
 
 
-def backward_signatures(gpu_code: str = "sm_90") -> Iterator[tuple[str, object, ctc.KernelSignature]]:
-    """(label, kernel, signature) for the backward kernels' specializations compiled for `gpu_code`.
-
-    For sm_100, bwd_dbc only at chunk 64: at chunk 128 tileiras 13.4 runs past five minutes and 4 GB on it
-    (seen 2026-11-30; 40 s for sm_90).
-    """
+def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
+    """(label, kernel, signature) for the backward kernels' specializations, at the backward's own chunk size
+    (kernels.cutile.ssd.BACKWARD_CHUNK, whatever the forward's)."""
     f32 = ct.float32
     i32 = ctc.ScalarConstraint(ct.int32)
-    # float16 takes the bfloat16 code path; float32 (TF32 products) is compiled at chunk 64 only.
-    cases = [("bfloat16", 64, 64, 64, True), ("bfloat16", 128, 64, 128, False), ("float32", 64, 64, 64, False)]
-    for name, chunk, tile_p, tile_n, flag in cases:
+    chunk = BACKWARD_CHUNK
+    # float16 takes the bfloat16 code path; float32 inputs take TF32 products.
+    cases = [("bfloat16", 64, 128, True), ("bfloat16", 128, 64, False), ("float32", 64, 64, False)]
+    for name, tile_p, tile_n, flag in cases:
         dtype, tf32 = DTYPES[name], name == "float32"
         yield (
             f"bwd_pass_state[{name},Q={chunk},dfinal={flag}]",
@@ -111,15 +110,13 @@ def backward_signatures(gpu_code: str = "sm_90") -> Iterator[tuple[str, object, 
                 + [8, 4, chunk, tile_p, tile_n, flag, tf32]
             ),
         )
-        if gpu_code == "sm_100" and chunk > 64:
-            continue
         yield (
-            f"bwd_dbc[{name},Q={chunk},P={tile_p},N={tile_n}]",
+            f"bwd_dbc[{name},Q={chunk},P={tile_p},N=64]",
             bwd_dbc_kernel,
             _signature(
                 [_array(dtype, 4)] * 4
                 + [_array(f32, 3), _array(f32, 3), _array(f32, 5), _array(f32, 5), _array(dtype, 4)]
-                + [_array(dtype, 4), _array(f32, 3), i32, 2, chunk, tile_p, tile_n, tf32]
+                + [_array(dtype, 4), _array(f32, 4), i32, 2, chunk, tile_p, 64, tf32]
             ),
         )
 
@@ -130,7 +127,7 @@ def export_all(gpu_code: str) -> dict[str, int]:
     Raises RuntimeError naming the kernel and specialization that failed to compile.
     """
     sizes = {}
-    for label, kernel, sig in (*signatures(), *backward_signatures(gpu_code)):
+    for label, kernel, sig in (*signatures(), *backward_signatures()):
         buf = io.BytesIO()
         try:
             ctc.export_kernel(kernel, [sig], buf, gpu_code=gpu_code, output_format="cubin")

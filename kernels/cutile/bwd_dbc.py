@@ -1,21 +1,27 @@
 """Backward stage 3 in cuTile: dB, dC and the decay-gradient terms that need the chunk state, per (chunk, group).
 
 Reference: `kernels.reference_backward.bwd_dbc`, whose contract the host function keeps. One program per
-(batch·group, chunk) loops over the heads of its group, accumulating in fp32 registers
+(batch·group, chunk, block of TILE_N state columns) loops over the heads of its group, accumulating in
+fp32 registers
     dCB_Σ += (dy xᵀ) ∘ L ∘ dt_s                    the intra-chunk score gradient, summed over the heads
     dC    += exp(G) ∘ (dy S)                       S the state entering the chunk (fwd_pass_state)
     dB    += (exp(G_end − G) dt) ∘ (x Ĝ)            Ĝ the gradient of the state leaving it (bwd_pass_state)
 and per head stores da_inter_j = Σ_{t>=j} q_t + exp(G_end) <Ĝ, S>, q_t = C_t · (exp(G_t) S dy_t).
 After the heads: dC += dCB_Σ B and dB += dCB_Σᵀ C, two more products (C·Bᵀ is shared by the group).
+Splitting the state columns over programs shrinks each program's accumulators and state tiles; dCB_Σ is
+then recomputed per block (it needs no state), and da_inter, a sum over the state columns, is written
+per block and summed on the host.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import cuda.tile as ct
 import torch
 
 from kernels.cutile.chunk_cumsum import LOG2E
-from kernels.cutile.launch import WholeChunkConfig, launch, next_pow2, shape_key, whole_chunk_space, with_occupancy
+from kernels.cutile.launch import launch, next_pow2, shape_key, with_hints
 
 ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
@@ -35,7 +41,7 @@ def bwd_dbc_kernel(
     dstates,  # (b, c, h, p, n) float32
     dB,  # (b, l, g, n), written
     dC,  # (b, l, g, n), written
-    da_inter,  # (b, h, c * Q) float32, written
+    da_inter,  # (blocks, b, h, c * Q) float32, written: one row per block of state columns
     heads_per_group: int,  # a run-time bound: the head loop stays a loop
     NGROUPS: ConstInt,
     Q: ConstInt,
@@ -47,8 +53,9 @@ def bwd_dbc_kernel(
     bi = bg // NGROUPS
     gi = bg % NGROUPS
     k = ct.bid(1)
-    bk = ct.load(B, index=(bi, k, gi, 0), shape=(1, Q, 1, TILE_N), padding_mode=ZERO).reshape((Q, TILE_N))
-    ck = ct.load(C, index=(bi, k, gi, 0), shape=(1, Q, 1, TILE_N), padding_mode=ZERO).reshape((Q, TILE_N))
+    ni = ct.bid(2)
+    bk = ct.load(B, index=(bi, k, gi, ni), shape=(1, Q, 1, TILE_N), padding_mode=ZERO).reshape((Q, TILE_N))
+    ck = ct.load(C, index=(bi, k, gi, ni), shape=(1, Q, 1, TILE_N), padding_mode=ZERO).reshape((Q, TILE_N))
     c32 = ck.astype(ct.float32)
     causal = ct.arange(Q, dtype=ct.int32).reshape((Q, 1)) >= ct.arange(Q, dtype=ct.int32).reshape((1, Q))
     dcb = ct.zeros((Q, Q), dtype=ct.float32)
@@ -61,9 +68,9 @@ def bwd_dbc_kernel(
         g = ct.load(dA_cumsum, index=(bi, hi, k), shape=(1, 1, Q)).reshape((Q, 1)) * LOG2E
         d = ct.load(dt_out, index=(bi, hi, k), shape=(1, 1, Q)).reshape((Q, 1))
         state = ct.load(
-            chunk_states, index=(bi, k, hi, 0, 0), shape=(1, 1, 1, TILE_P, TILE_N), padding_mode=ZERO
+            chunk_states, index=(bi, k, hi, 0, ni), shape=(1, 1, 1, TILE_P, TILE_N), padding_mode=ZERO
         ).reshape((TILE_P, TILE_N))
-        grad = ct.load(dstates, index=(bi, k, hi, 0, 0), shape=(1, 1, 1, TILE_P, TILE_N), padding_mode=ZERO).reshape(
+        grad = ct.load(dstates, index=(bi, k, hi, 0, ni), shape=(1, 1, 1, TILE_P, TILE_N), padding_mode=ZERO).reshape(
             (TILE_P, TILE_N)
         )
         g_end = ct.extract(g, index=(Q - 1, 0), shape=(1, 1))
@@ -80,12 +87,24 @@ def bwd_dbc_kernel(
         db_acc = db_acc + into_state * (ct.exp2(g_end - g) * d)
         passing = ct.exp2(g_end) * ct.sum(grad * state, keepdims=True)  # (1, 1)
         da = ct.cumsum(q, axis=0, reverse=True) + passing
-        ct.store(da_inter, index=(bi, hi, k), tile=da.reshape((1, 1, Q)))
+        ct.store(da_inter, index=(ni, bi, hi, k), tile=da.reshape((1, 1, 1, Q)))
     dcb_tf = dcb.astype(TF)
     dc_acc = ct.mma(dcb_tf, bk.astype(TF), dc_acc)
     db_acc = ct.mma(ct.transpose(dcb_tf), ck.astype(TF), db_acc)
-    ct.store(dC, index=(bi, k, gi, 0), tile=dc_acc.astype(dC.dtype).reshape((1, Q, 1, TILE_N)))
-    ct.store(dB, index=(bi, k, gi, 0), tile=db_acc.astype(dB.dtype).reshape((1, Q, 1, TILE_N)))
+    ct.store(dC, index=(bi, k, gi, ni), tile=dc_acc.astype(dC.dtype).reshape((1, Q, 1, TILE_N)))
+    ct.store(dB, index=(bi, k, gi, ni), tile=db_acc.astype(dB.dtype).reshape((1, Q, 1, TILE_N)))
+
+
+@dataclass(frozen=True)
+class DbcConfig:
+    """State columns per program (0: all of them) and the occupancy hint."""
+
+    TILE_N: int = 64
+    occupancy: int = 2
+
+
+def dbc_space() -> list[DbcConfig]:
+    return [DbcConfig(tile_n, occ) for tile_n in (0, 64, 32) for occ in (1, 2)]
 
 
 def bwd_dbc(
@@ -111,13 +130,17 @@ def bwd_dbc(
     _, _, nchunks, chunk_size = dt_out.shape
     dB = torch.empty_like(B, memory_format=torch.contiguous_format)
     dC = torch.empty_like(C, memory_format=torch.contiguous_format)
-    da_inter = torch.empty_like(dt_out)
     rows = (b, h, nchunks * chunk_size)
+    parts: list[torch.Tensor] = []
 
-    def spec(cfg: WholeChunkConfig) -> tuple[tuple[int, ...], object, tuple]:
-        args = (x, dy, B, C, dt_out.view(rows), dA_cumsum.view(rows), chunk_states, dstates, dB, dC)
-        args += (da_inter.view(rows), h // g, g, chunk_size, next_pow2(p), next_pow2(n), x.dtype == torch.float32)
-        return (b * g, nchunks), with_occupancy(bwd_dbc_kernel, cfg.occupancy), args
+    def spec(cfg: DbcConfig) -> tuple[tuple[int, ...], object, tuple]:
+        tile_n = min(cfg.TILE_N or next_pow2(n), next_pow2(n))
+        blocks = -(-n // tile_n)
+        parts[:] = [dt_out.new_empty((blocks,) + rows)]
+        args = (x, dy, B, C, dt_out.view(rows), dA_cumsum.view(rows), chunk_states, dstates, dB, dC, parts[0])
+        args += (h // g, g, chunk_size, next_pow2(p), tile_n, x.dtype == torch.float32)
+        return (b * g, nchunks, blocks), with_hints(bwd_dbc_kernel, cfg.occupancy), args
 
-    launch("bwd_dbc", shape_key(x, B, chunk_size), WholeChunkConfig(), whole_chunk_space, spec, x.device)
-    return dB, dC, da_inter
+    launch("bwd_dbc", shape_key(x, B, chunk_size), DbcConfig(), dbc_space, spec, x.device)
+    da_inter = parts[0].sum(0) if parts[0].shape[0] > 1 else parts[0][0]
+    return dB, dC, da_inter.view_as(dt_out)

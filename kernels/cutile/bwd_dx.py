@@ -17,7 +17,7 @@ import cuda.tile as ct
 import torch
 
 from kernels.cutile.chunk_cumsum import LOG2E
-from kernels.cutile.launch import WholeChunkConfig, launch, next_pow2, shape_key, whole_chunk_space, with_occupancy
+from kernels.cutile.launch import WholeChunkConfig, launch, next_pow2, shape_key, whole_chunk_space, with_hints
 
 ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
@@ -129,7 +129,7 @@ def bwd_dx(
     def spec(cfg: WholeChunkConfig) -> tuple[tuple[int, ...], object, tuple]:
         args = (x, dy, B, C, dt_out.view(rows), dA_cumsum.view(rows), dstates, D32, *outs, h, h // g, chunk_size)
         args += (next_pow2(p), next_pow2(n), D is not None, x.dtype == torch.float32)
-        return (b * h, nchunks), with_occupancy(bwd_dx_kernel, cfg.occupancy), args
+        return (b * h, nchunks), with_hints(bwd_dx_kernel, cfg.occupancy, cfg.worker_warps), args
 
     launch("bwd_dx", shape_key(x, B, chunk_size), WholeChunkConfig(), whole_chunk_space, spec, x.device)
     return dx, ddt_dir, da_intra, None if D is None else dD_part.sum((0, 1))

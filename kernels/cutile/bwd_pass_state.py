@@ -15,7 +15,7 @@ import torch
 
 from kernels.cutile.chunk_cumsum import LOG2E
 from kernels.cutile.fwd_pass_state import StateConfig, search_space
-from kernels.cutile.launch import launch, shape_key, with_occupancy
+from kernels.cutile.launch import launch, shape_key, with_hints
 
 ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
@@ -101,7 +101,7 @@ def bwd_pass_state(
         grid = (b * h, -(-p // cfg.TILE_P), -(-n // cfg.TILE_N))
         args = (dy, C, dA_cumsum.view(rows), dfinal, dstates, dinit, h, h // g, chunk_size, cfg.TILE_P, cfg.TILE_N)
         args += (dfinal_state is not None, dy.dtype == torch.float32, cfg.latency)
-        return grid, with_occupancy(bwd_pass_state_kernel, cfg.occupancy), args
+        return grid, with_hints(bwd_pass_state_kernel, cfg.occupancy), args
 
     key = shape_key(dy, C, chunk_size)
     launch("bwd_pass_state", key, StateConfig(), lambda: search_space(p, n), spec, dy.device)

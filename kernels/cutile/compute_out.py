@@ -21,7 +21,7 @@ import cuda.tile as ct
 import torch
 
 from kernels.cutile.chunk_cumsum import LOG2E
-from kernels.cutile.launch import launch, next_pow2, shape_key, with_occupancy
+from kernels.cutile.launch import launch, next_pow2, shape_key, with_hints
 
 ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
@@ -155,7 +155,7 @@ def compute_out(
         grid = (b * h, -(-seqlen // tile_t), -(-p // cfg.TILE_P))
         args = (x, B, C, dt_out.view(rows), dA_cumsum.view(rows), chunk_states, dt_out if D32 is None else D32, y)
         args += (h, h // g, chunk_size, tile_t, cfg.TILE_P, next_pow2(n, 1), D is not None, x.dtype == torch.float32)
-        return grid, with_occupancy(compute_out_kernel, cfg.occupancy), (*args, cfg.latency)
+        return grid, with_hints(compute_out_kernel, cfg.occupancy), (*args, cfg.latency)
 
     key = shape_key(x, B, chunk_size)
     launch("compute_out", key, OutConfig(), lambda: search_space(chunk_size, p), spec, x.device)

@@ -16,7 +16,7 @@ import cuda.tile as ct
 import torch
 
 from kernels.cutile.chunk_cumsum import LOG2E
-from kernels.cutile.launch import launch, shape_key, with_occupancy
+from kernels.cutile.launch import launch, shape_key, with_hints
 
 ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
@@ -127,7 +127,7 @@ def fwd_pass_state(
         grid = (b * h, -(-p // cfg.TILE_P), -(-n // cfg.TILE_N))
         args = (x, B, dt_out.view(rows), dA_cumsum.view(rows), init, chunk_states, final_state, h, h // g)
         args += (chunk_size, cfg.TILE_P, cfg.TILE_N, initial_states is not None, x.dtype == torch.float32, cfg.latency)
-        return grid, with_occupancy(fwd_pass_state_kernel, cfg.occupancy), args
+        return grid, with_hints(fwd_pass_state_kernel, cfg.occupancy), args
 
     key = shape_key(x, B, chunk_size)
     launch("fwd_pass_state", key, StateConfig(), lambda: search_space(p, n), spec, x.device)

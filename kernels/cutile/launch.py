@@ -52,17 +52,23 @@ def next_pow2(v: int, floor: int = 16) -> int:
 
 
 @functools.cache
-def with_occupancy(kernel: Any, occupancy: int) -> Any:
-    """`kernel` with an occupancy hint: one object per pair, so cuTile's compile cache stays with it."""
+def with_hints(kernel: Any, occupancy: int, worker_warps: int = 0) -> Any:
+    """`kernel` with an occupancy hint and, unless 0, a number of worker warps per program: one object per
+    combination, so cuTile's compile cache stays with it."""
+    if worker_warps:
+        return kernel.replace_hints(occupancy=occupancy, num_worker_warps=worker_warps)
     return kernel.replace_hints(occupancy=occupancy)
 
 
 @dataclass(frozen=True)
 class WholeChunkConfig:
-    """Occupancy of a launch whose program holds a whole chunk (bwd_dx, bwd_dbc): nothing else to choose."""
+    """Hints of a launch whose program holds a whole chunk (bwd_dx): occupancy and worker warps (0: the
+    compiler's choice). With 8 worker warps and occupancy 2, bwd_dx at chunk 64 needs 128 registers and no
+    stack on sm_90 (scripts/kernel_resources.py --hints), against 255 and spills by default."""
 
-    occupancy: int = 1
+    occupancy: int = 2
+    worker_warps: int = 8
 
 
 def whole_chunk_space() -> list[WholeChunkConfig]:
-    return [WholeChunkConfig(occ) for occ in (1, 2)]
+    return [WholeChunkConfig(occ, warps) for occ in (1, 2) for warps in (0, 8)]

@@ -6,7 +6,9 @@
                            chunk_cumsum -> fwd_pass_state (recomputed) -> bwd_pass_state -> bwd_dx -> bwd_dbc,
                            then chunk_cumsum_bwd (a few small PyTorch ops on (b, h, l) arrays)
 
-Only the inputs are saved for the backward; the chunk states are recomputed there. Both directions are
+Only the inputs are saved for the backward; the chunk states are recomputed there. The chunked form's result
+does not depend on the chunk size (up to rounding), so the cuTile backward picks its own: at most
+BACKWARD_CHUNK tokens, whose chunk x chunk tiles fit a program's registers (at 128 they spill). Both directions are
 `torch.library.custom_op`s with fake implementations and an autograd registration, so
 `torch.compile(model, fullgraph=True)` traces through them as single nodes.
 """
@@ -28,7 +30,7 @@ from kernels.reference_backward import Passes, ssd_backward
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 SUPPORTED_CHUNKS = (16, 32, 64, 128, 256)
-BACKWARD_CHUNKS = (16, 32, 64, 128)  # the backward holds a chunk x chunk tile per program
+BACKWARD_CHUNK = 64  # the cuTile backward's chunk size at most (it holds chunk x chunk tiles per program)
 MAX_DIM = 256  # head dim and state dim: one tile each
 
 
@@ -69,11 +71,6 @@ def check_inputs(
         raise ValueError(f"cutile backend: chunk_size {chunk_size} not supported; use one of {SUPPORTED_CHUNKS}")
     if backward not in BACKWARDS:
         raise ValueError(f"cutile backend: backward must be one of {', '.join(BACKWARDS)}, got {backward!r}")
-    if backward == "cutile" and chunk_size not in BACKWARD_CHUNKS:
-        raise ValueError(
-            f"cutile backward: chunk_size {chunk_size} not supported; use one of {BACKWARD_CHUNKS}, "
-            "or backward='reference'"
-        )
     p, n = x.shape[-1], B.shape[-1]
     if p > MAX_DIM or n > MAX_DIM:
         raise ValueError(f"cutile backend: head dim {p} and state dim {n} must be at most {MAX_DIM}")
@@ -152,13 +149,14 @@ def ssd_bwd(
 ) -> list[Tensor]:
     """Gradients [dx, ddt, dA, dB, dC, dD, ddt_bias, dinitial_states], each in its input's dtype and layout
     (contiguous); an absent optional input gets an empty tensor in its place."""
-    args = (dy, dfinal, x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states)
+    rest = (D, dt_bias, dt_softplus, initial_states)
     if backward == "cutile":
-        grads = ssd_backward(dy.contiguous(), *args[1:], passes=CUTILE)
+        Q = min(chunk_size, BACKWARD_CHUNK)
+        grads = ssd_backward(dy.contiguous(), dfinal, x, dt, A, B, C, Q, *rest, passes=CUTILE)
     else:
         if dfinal is None:
             dfinal = x.new_zeros(x.shape[:1] + x.shape[2:] + B.shape[-1:], dtype=torch.float32)
-        grads = _reference_grads(dy, dfinal, *args[2:])
+        grads = _reference_grads(dy, dfinal, x, dt, A, B, C, chunk_size, *rest)
     out = []
     for t, gt in zip((x, dt, A, B, C, D, dt_bias, initial_states), grads):
         if t is None:
