@@ -116,3 +116,30 @@ def test_fsdp_matches_ddp_on_cpu(tmp_path):
     assert {k: v.shape for k, v in a["state_dict"].items()} == {k: v.shape for k, v in b["state_dict"].items()}
     for k, v in a["state_dict"].items():
         torch.testing.assert_close(b["state_dict"][k], v, rtol=1e-4, atol=1e-5, msg=k)
+
+
+@pytest.mark.slow
+def test_two_processes_match_one_with_the_same_global_batch_on_cpu(tmp_path):
+    """DDP over two processes with batch B trains as one process with batch 2B (float32: to rounding)."""
+    corpus = write_corpus(tmp_path / "corpus", n_files=16)
+    losses = {}
+    for devices, batch in ((2, 4), (1, 8)):
+        root = tmp_path / f"{devices}proc"
+        args = tiny_args(
+            root,
+            corpus,
+            "--trainer.accelerator=cpu",
+            f"--trainer.devices={devices}",
+            "--trainer.strategy=ddp",
+            f"--data.batch_size={batch}",
+            "--trainer.callbacks+=tests.test_multi_gpu.GlobalLoss",  # the loss averaged over the ranks
+            "--logging.wandb=false",
+        )
+        done = subprocess.run(
+            [sys.executable, "train.py", *args], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        losses[devices] = series(read_metrics(root), "train/global_loss")
+    assert sorted(losses[1]) == sorted(losses[2]) and len(losses[1]) == 12
+    diffs = [abs(losses[1][s] - losses[2][s]) for s in losses[1]]
+    assert max(diffs) < 1e-5, f"max |loss difference| {max(diffs):.2e}"
