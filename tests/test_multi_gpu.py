@@ -142,3 +142,62 @@ def test_fsdp_matches_ddp(workspace, variant, compile_model):
     b = read_checkpoint(fsdp_root / "checkpoints" / "last.ckpt")["state_dict"]
     assert {k: v.shape for k, v in a.items()} == {k: v.shape for k, v in b.items()}
     assert all(torch.isfinite(v).all() for v in b.values())
+
+
+def stream_probe(strategy: str, port: int) -> None:
+    """Prints {"warned", "same_grads"} for DDP built by `strategy`'s _setup_model ("lightning": Lightning 2.6's
+    DDPStrategy, "ours": lightning_modules.strategies'), one process on cuda:0, against the plain model's gradients."""
+    import copy
+    import json
+    import warnings
+
+    import torch.distributed as dist
+    from lightning.pytorch.strategies import DDPStrategy as LightningDDP
+
+    from lightning_modules.strategies import DDPStrategy
+
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    device = torch.device("cuda", 0)
+    torch.manual_seed(0)
+    plain = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).to(device)
+    model = copy.deepcopy(plain)
+    ddp = (LightningDDP if strategy == "lightning" else DDPStrategy)(parallel_devices=[device])._setup_model(model)
+    x = torch.randn(32, 64, device=device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            ddp.zero_grad()
+            plain.zero_grad()
+            ddp(x).square().mean().backward()
+            plain(x).square().mean().backward()
+    torch.cuda.synchronize()
+    same = all(torch.equal(a.grad, b.grad) for a, b in zip(plain.parameters(), model.parameters()))
+    print(json.dumps({"warned": sum(STREAM_WARNING in str(w.message) for w in caught), "same_grads": same}))
+    dist.destroy_process_group()
+
+
+def test_accumulate_grad_stream_warning_cause_and_fix():
+    """Lightning 2.6 builds DDP on a new side stream; the AccumulateGrad nodes DDP keeps are bound to it, and every
+    backward on the current stream warns (and waits across streams). The gradients are right either way; built on
+    the current stream (lightning_modules.strategies.DDPStrategy) nothing warns."""
+    import json
+    import socket
+
+    results = {}
+    for strategy in ("lightning", "ours"):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        code = "import sys; from tests.test_multi_gpu import stream_probe; stream_probe(sys.argv[1], int(sys.argv[2]))"
+        done = subprocess.run(
+            [sys.executable, "-c", code, strategy, str(port)],
+            cwd=ROOT,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        results[strategy] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results["lightning"]["same_grads"] and results["ours"]["same_grads"], results
+    assert results["lightning"]["warned"] > 0 and results["ours"]["warned"] == 0, results
