@@ -18,9 +18,10 @@ and times one all-reduce of a buffer holding every gradient (what DDP reduces pe
     overlap            = 1 - exposed_comm_ms / allreduce_ms      (the share of it hidden behind the backward)
 
 Each phase keeps the step split of lightning_modules.measure.step (forward, backward, optimizer, the SSD's own
-forward and backward in eager mode) per rank. With `compile` the model is compiled as train.py compiles it (one
-graph, fullgraph) inside DDP: its backward is one autograd node, so DDP's buckets are reduced after it, with
-nothing left to overlap. `--ddp_init_stream side` builds DDP as Lightning 2.6's own DDPStrategy does (on a new
+forward and backward in eager mode) per rank. With `compile` the model is compiled in place as train.py compiles
+it and first traced inside DDP's forward (the DDP phase warms up first), as under train.py: dynamo's DDPOptimizer
+then splits the graph at DDP's buckets so that their all-reduce can start during the backward; the overlap figure
+says how much of it does. `--ddp_init_stream side` builds DDP as Lightning 2.6's own DDPStrategy does (on a new
 side stream): the records then count the "AccumulateGrad node's stream" warnings and show what the mismatch costs.
 `--devices 1` times the single phase only. The JSON is written by rank 0 after every variant.
 
@@ -102,7 +103,8 @@ def bench_variant(name: str, label: str, compile_model: bool, args, rank: int, w
     model = module.model
     params = list(model.parameters())
     optimizer = module.optimizer(fused=True)  # as training under bf16-mixed or fp32: see LanguageModel
-    steps = {"single": TimedStep(lambda tokens: next_token_loss(model, tokens), params, optimizer, device)}
+    single = TimedStep(lambda tokens: next_token_loss(model, tokens), params, optimizer, device)
+    steps = {}
     if world > 1:
         side = args.ddp_init_stream == "side" and device.type == "cuda"  # as Lightning 2.6's DDPStrategy
         with torch.cuda.stream(torch.cuda.Stream(device)) if side else contextlib.nullcontext():
@@ -113,7 +115,8 @@ def bench_variant(name: str, label: str, compile_model: bool, args, rank: int, w
             with ddp.no_sync():
                 return synced(tokens, timed)
 
-        steps["ddp"], steps["no_sync"] = synced, unsynced
+        steps["ddp"], steps["no_sync"] = synced, unsynced  # first: a compiled model is traced inside DDP
+    steps["single"] = single
     kernels.set_autotune(module.hparams.cutile_autotune if args.autotune is None else args.autotune)
     gen = torch.Generator().manual_seed(1000 * rank)  # each rank its own batches, as under a DistributedSampler
     vocab = module.config.vocab_size
