@@ -18,6 +18,7 @@ import torch
 
 from kernels import reference
 from kernels import reference_backward as ref_bwd
+from kernels.cutile import tuning
 from kernels.testing import stage_inputs
 
 # stage -> (reference function, the names of its arguments in stage_inputs' dict; "chunk" is the chunk size)
@@ -90,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"kernels.cutile.{args.stage}, seed shape b 4 l 16384 h 8 p 64 g 1 n 128 bf16", flush=True)
     for path in [None, *args.variants]:
         fn = load(args.stage, path)
+        tuning.set_cache_path(None)  # forget the configurations chosen so far: each file launches its own default
         for chunk in (int(c) for c in args.chunks.split(",")):
             e16, e32 = (max_error(fn, args.stage, d, chunk) for d in (torch.bfloat16, torch.float32))
             ms = time_ms(fn, args.stage, chunk, args.calls)

@@ -63,11 +63,10 @@ def with_hints(kernel: Any, occupancy: int, worker_warps: int = 0) -> Any:
 @dataclass(frozen=True)
 class WholeChunkConfig:
     """Hints of a launch whose program holds a whole chunk (bwd_dx): occupancy and worker warps (0: the
-    compiler's choice). With 8 worker warps and occupancy 2, bwd_dx at chunk 64 needs 128 registers and no
-    stack on sm_90 (scripts/kernel_resources.py --hints), against 255 and spills by default."""
+    compiler's choice). The default is the fastest measured at the seed shape (results/tuning_log.md)."""
 
-    occupancy: int = 2
-    worker_warps: int = 8
+    occupancy: int = 1
+    worker_warps: int = 0
 
 
 def whole_chunk_space() -> list[WholeChunkConfig]:
