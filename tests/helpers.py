@@ -58,8 +58,10 @@ def tiny_args(root: Path, corpus: Path, *extra: str) -> list[str]:
 
 
 def subprocess_env() -> dict[str, str]:
-    """Environment for running the project's entry points as subprocesses on the CPU."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    """Environment for running the project's entry points as subprocesses: the repository first on the import
+    path, then whatever the caller's PYTHONPATH holds (on a GPU machine, packages installed there)."""
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+    env = {**os.environ, "PYTHONPATH": path, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     env.pop("CUDA_VISIBLE_DEVICES", None)
     return env
 
