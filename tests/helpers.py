@@ -57,6 +57,20 @@ def tiny_args(root: Path, corpus: Path, *extra: str) -> list[str]:
     ]
 
 
+def gpu_model_args(backend: str, backward: str, compile_model: bool) -> list[str]:
+    """train.py arguments for the small model the GPU training tests run (kernel-sized dims, 256 tokens)."""
+    return [
+        f"--model.config.ssd_backend={backend}",
+        f"--model.config.ssd_backward={backward}",
+        f"--model.compile={str(compile_model).lower()}",
+        "--model.config.d_model=128",
+        "--model.config.headdim=64",
+        "--model.config.d_state=64",
+        "--model.config.chunk_size=64",
+        "--data.seq_len=256",
+    ]
+
+
 def subprocess_env() -> dict[str, str]:
     """Environment for running the project's entry points as subprocesses: the repository first on the import
     path, then whatever the caller's PYTHONPATH holds (on a GPU machine, packages installed there)."""

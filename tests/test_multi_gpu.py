@@ -23,7 +23,7 @@ from lightning.pytorch.callbacks import Callback
 
 import kernels
 from lightning_modules.checkpoint import read_checkpoint
-from tests.helpers import ROOT, read_metrics, series, subprocess_env, tiny_args, write_corpus
+from tests.helpers import ROOT, gpu_model_args, read_metrics, series, subprocess_env, tiny_args, write_corpus
 
 pytestmark = [
     pytest.mark.gpu,
@@ -87,14 +87,7 @@ def _train(workspace: Path, variant: str, strategy: str, devices: int, compile_m
     args = tiny_args(
         root,
         workspace / "corpus",
-        f"--model.config.ssd_backend={backend}",
-        f"--model.config.ssd_backward={backward}",
-        f"--model.compile={str(compile_model).lower()}",
-        "--model.config.d_model=128",
-        "--model.config.headdim=64",
-        "--model.config.d_state=64",
-        "--model.config.chunk_size=64",
-        "--data.seq_len=256",
+        *gpu_model_args(backend, backward, compile_model),
         f"--data.batch_size={BATCH * (2 // devices)}",
         f"--data.cache_dir={workspace / 'cache'}",  # the tokenizer and blocks prepared once for every run
         f"--trainer.max_steps={STEPS}",

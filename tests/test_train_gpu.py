@@ -7,7 +7,7 @@ import torch
 
 import kernels
 import train
-from tests.helpers import read_metrics, series, tiny_args, write_corpus
+from tests.helpers import gpu_model_args, read_metrics, series, tiny_args, write_corpus
 
 pytestmark = [
     pytest.mark.gpu,
@@ -25,14 +25,7 @@ def _losses(tmp_path, corpus, backend: str, backward: str = "reference", compile
         tiny_args(
             root,
             corpus,
-            f"--model.config.ssd_backend={backend}",
-            f"--model.config.ssd_backward={backward}",
-            f"--model.compile={str(compile_model).lower()}",
-            "--model.config.d_model=128",
-            "--model.config.headdim=64",
-            "--model.config.d_state=64",
-            "--model.config.chunk_size=64",
-            "--data.seq_len=256",
+            *gpu_model_args(backend, backward, compile_model),
             "--trainer.max_steps=60",
             "--trainer.val_check_interval=30",
             "--logging.wandb=false",
