@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The headline figures: each benchmark run in three separate processes with the same settings (a figure is
+# the median of the three, shown with its min-max), then BENCHMARKS.md, the plots and README's headline block.
+#
+#   scripts/headline.sh kernels [N]   # the SSD alone at the seed shape: bench_kernels.py, processes 1-3 or only N
+#   scripts/headline.sh step [N]      # the 130M-layout training step, compiled: bench_step.py, likewise
+#   scripts/headline.sh report        # render what results/ holds (no GPU needed)
+#
+# Backends alternate within each process; cuTile and Triton are both tuned and warmed before timing. Each
+# process prints its wall time. Estimated from the warm-up times the benchmarks record (not yet timed as a
+# whole): kernels about 2.5 min per process (mostly Triton's autotuning), step about 4 min per process (one
+# compilation per variant), so `step` takes one process per 10-minute GPU call. RESULTS (default results/)
+# says where the JSON goes.
+set -euo pipefail
+part=${1:?usage: scripts/headline.sh kernels|step|report}
+results=${RESULTS:-results}
+kernels_series=kernels_h200_seed
+step_series=step_h200_compiled
+
+only=${2:-}
+case $only in "" | 1 | 2 | 3) ;; *) echo "scripts/headline.sh: process number must be 1, 2 or 3" >&2 && exit 2 ;; esac
+
+run3() {  # run3 SERIES COMMAND...: processes 1-3 (or only $only); 1 writes SERIES.json, N SERIES_run<N>.json
+    local series=$1
+    shift
+    for n in ${only:-1 2 3}; do
+        local out="$results/$series.json"
+        [ "$n" = 1 ] || out="$results/${series}_run$n.json"
+        local start=$SECONDS
+        "$@" --out "$out"
+        echo "headline: $series process $n took $((SECONDS - start)) s" >&2
+    done
+}
+
+case $part in
+kernels)
+    run3 "$kernels_series" python scripts/bench_kernels.py --shapes seed --backends cutile,cutile:cutile,triton \
+        --modes fwd,fwd_bwd --repeats 5 --calls 10 --autotune
+    ;;
+step)
+    run3 "$step_series" python scripts/bench_step.py --configs medium --modes compile \
+        --backends standin,triton,cutile,cutile_bwd --autotune
+    ;;
+report)
+    python scripts/report.py --results "$results" --kernels "$kernels_series" --step "$step_series"
+    ;;
+*)
+    echo "scripts/headline.sh: unknown part '$part'; use kernels, step or report" >&2
+    exit 2
+    ;;
+esac
