@@ -1,11 +1,12 @@
 """Render the benchmark JSON into BENCHMARKS.md, PNG plots, reconciliation.json and README's headline.
 
     python scripts/report.py                                   # results/*.json -> BENCHMARKS.md, README.md
-    python scripts/report.py --results DIR --out DIR --kernels NAME --step NAME
+    python scripts/report.py --results DIR --out DIR --kernels NAME --step NAME [--scaling NAME]
 
 A benchmark is a series of runs, DIR/NAME.json and DIR/NAME_run<N>.json, each written by one process of
-scripts/bench_kernels.py or scripts/bench_step.py with the same settings. A figure is the median across
-runs of each run's own figure, with [min–max] when there are several. "X over triton" is triton's time
+scripts/bench_kernels.py, scripts/bench_step.py or scripts/bench_scaling.py with the same settings (the
+scaling series is optional: without --scaling, scaling_h200x2 is rendered when DIR holds it). A figure is
+the median across runs of each run's own figure, with [min–max] when there are several. "X over triton" is triton's time
 over X's (above 1: X is faster), taken within each run, where the backends alternate, before pooling.
 Backends, shapes, modes and captions are read from the JSON; plots and reconciliation.json are written
 beside it, BENCHMARKS.md into --out, and README.md's headline block there is refreshed when present.
@@ -40,6 +41,7 @@ SHAPE_NAMES = {
 # Kernel shape field -> step record config field describing the same SSD problem dimension.
 SHAPE_IN_CONFIG = {"dstate": "d_state", "headdim": "headdim", "chunk_size": "chunk_size", "ngroups": "ngroups"}
 HEADLINE_RUNS = 3  # a headline figure is the median of at least this many separate processes
+BACKEND_KEYS = ("ssd_backend", "ssd_backward")  # model config fields a record's backend label already gives
 PEAK = "peak_bf16_tflops"  # the dense bf16 peak MFU is taken over, where the step JSON records it
 STEP_COLUMNS = {  # record["median"] field -> column
     "step_ms": "step ms",
@@ -120,17 +122,23 @@ def ordered(values: Iterable) -> list:
 # ---- loading --------------------------------------------------------------------------------------------
 
 
+def series_files(results: Path, name: str) -> list[Path]:
+    """results/name.json and results/name_run<N>.json, in run order."""
+    run_no = re.compile(re.escape(name) + r"(?:_run(\d+))?\.json")
+    found = [(m, p) for p in results.glob(f"{name}*.json") if (m := run_no.fullmatch(p.name))]
+    return [p for _, p in sorted(found, key=lambda mp: int(mp[0][1] or 0))]
+
+
 def load_series(results: Path, name: str, kind: str) -> list[dict]:
     """The runs of one benchmark: results/name.json and results/name_run<N>.json, checked to match.
 
     Each run is its JSON with "file" added. Runs of one series must share settings (but "out") and GPU.
     """
-    run_no = re.compile(re.escape(name) + r"(?:_run(\d+))?\.json")
-    found = [(m, p) for p in results.glob(f"{name}*.json") if (m := run_no.fullmatch(p.name))]
+    found = series_files(results, name)
     if not found:
         raise SystemExit(f"report.py: no {results / name}.json nor {name}_run<N>.json; run the benchmark first")
     runs = []
-    for _, path in sorted(found, key=lambda mp: int(mp[0][1] or 0)):
+    for path in found:
         run = json.loads(path.read_text())
         if run.get("kind") != kind:
             raise SystemExit(f"report.py: {path} has kind {run.get('kind')!r}, expected {kind!r}")
@@ -279,6 +287,11 @@ def step_figures(rec: dict, base: dict | None, run: dict) -> dict[str, float | N
     }
 
 
+def model_config(rec: dict) -> dict:
+    """A record's model config but the SSD backend and backward, which its row's backend column names."""
+    return {k: v for k, v in rec["config"].items() if k not in BACKEND_KEYS}
+
+
 def model_text(size: str, figures: dict[str, Stat | None]) -> str:
     params = next((f["parameters"] for f in figures.values() if f["parameters"]), None)
     return f"{size} ({params.median / 1e6:.0f}M parameters)" if params else size
@@ -296,7 +309,7 @@ def step_section(runs: list[dict], spool: Pool, base: str) -> str:
                 + [cell(f["over_base"]), cell(f["tokens_per_s"], "{:,.0f}".format), cell(f["mfu"], pct1)]
                 + [cell(f["warmup_s"])]
             )
-    configs = {r["size"]: r["config"] for run in runs for r in run["records"] if "config" in r}
+    configs = {r["size"]: model_config(r) for run in runs for r in run["records"] if "config" in r}
     per_size, fixed = varying(configs.values()) if configs else ([], {})
     errors = ordered(
         f"{r['size']} L {r['seqlen']} {r['mode']}: {r['error']}" for run in runs for r in run["records"] if "error" in r
@@ -322,6 +335,112 @@ def step_section(runs: list[dict], spool: Pool, base: str) -> str:
         table(header, rows),
     ]
     return "\n".join(lines + (["", "Not measured: " + "; ".join(errors) + "."] if errors else []))
+
+
+# ---- scaling to several GPUs ----------------------------------------------------------------------------
+
+PHASES = ("single", "ddp", "no_sync")  # bench_scaling's phases: 1 GPU, DDP, DDP without the all-reduce
+SCALING_DEFAULT = "scaling_h200x2"  # --scaling's series when present; no scaling section when absent
+
+
+def scaling_key(rec: dict) -> tuple:
+    return (rec["size"], rec["seqlen"], rec["batch_per_gpu"], rec["mode"], rec["world_size"])
+
+
+def scaling_figures(rec: dict, base: dict | None, run: dict) -> dict[str, float | None]:
+    """A bench_scaling record's figures; per-rank ones as `<figure>@<rank>`. `base` is not used."""
+    phases, allreduce = rec["phases"], rec.get("allreduce", {})
+    out: dict[str, float | None] = {}
+    for phase, p in ((ph, phases[ph]) for ph in PHASES if ph in phases):
+        out[f"{phase}_ms"] = p["step_ms"]
+        out |= {f"{phase}_ms@{i}": r["step_ms"] for i, r in enumerate(p["per_rank"])}
+    for part in ("forward", "backward"):
+        out |= {f"ssd_{part}_ms@{i}": r.get(f"ssd_{part}_ms") for i, r in enumerate(phases["single"]["per_rank"])}
+    return out | {
+        "tokens_1": phases["single"]["tokens_per_s"],
+        "tokens_n": phases.get("ddp", {}).get("tokens_per_s"),
+        "speedup": rec.get("speedup"),
+        "efficiency": rec.get("scaling_efficiency"),
+        "allreduce_MB": allreduce["bytes"] / 1e6 if "bytes" in allreduce else None,
+        "allreduce_ms": allreduce.get("ms"),
+        "busbw_GBps": allreduce.get("busbw_GBps"),
+        "exposed_ms": rec.get("exposed_comm_ms"),
+        "overlap": rec.get("overlap"),
+        "warmup_ddp_s": rec.get("warmup_s", {}).get("ddp"),
+        "stream_warnings": rec.get("stream_warnings"),
+        "parameters": rec.get("parameters"),
+    }
+
+
+def ranks(f: dict[str, Stat | None], figure: str) -> list[Stat | None]:
+    """The per-rank Stats of `figure`, rank 0 first."""
+    n = 0
+    while f"{figure}@{n}" in f:
+        n += 1
+    return [f[f"{figure}@{i}"] for i in range(n)]
+
+
+def per_rank_cell(f: dict[str, Stat | None], figure: str, main: str | None = None) -> str:
+    """`main` (the figure across ranks) with every rank's in parentheses; the ranks alone without `main`;
+    – where the figure is zero on every rank (not timed)."""
+    each = ranks(f, figure)
+    if all(s is None or s.median == 0 for s in each) and not (main and f.get(main)):
+        return "–"
+    text = " / ".join(cell(s) for s in each)
+    return f"{cell(f[main])} ({text})" if main else text
+
+
+def scaling_section(runs: list[dict], scpool: Pool) -> str:
+    world = ordered(k[4] for k in scpool) or [runs[0]["settings"].get("world_size")]
+    n = " / ".join(map(str, world))
+    header = ["backend", "1-GPU step ms (ranks)", "DDP step ms: slowest (ranks)", "no_sync step ms (ranks)"]
+    header += ["tokens/s, 1 GPU", f"tokens/s, {n} GPUs", "speedup", "scaling efficiency", "all-reduce MB"]
+    header += ["all-reduce ms", "bus GB/s", "exposed all-reduce ms", "overlap", "SSD fwd ms, 1 GPU (ranks)"]
+    header += ["SSD bwd ms, 1 GPU (ranks)", "warm-up s (DDP)"]
+    tables = []
+    for (size, seqlen, batch, mode, gpus), by in scpool.items():
+        rows = [
+            [name, per_rank_cell(f, "single_ms", "single_ms"), per_rank_cell(f, "ddp_ms", "ddp_ms")]
+            + [per_rank_cell(f, "no_sync_ms", "no_sync_ms")]
+            + [cell(f["tokens_1"], "{:,.0f}".format), cell(f["tokens_n"], "{:,.0f}".format), cell(f["speedup"], times)]
+            + [cell(f["efficiency"], pct1), cell(f["allreduce_MB"], "{:,.0f}".format), cell(f["allreduce_ms"])]
+            + [cell(f["busbw_GBps"], "{:,.0f}".format), cell(f["exposed_ms"]), cell(f["overlap"], pct)]
+            + [per_rank_cell(f, "ssd_forward_ms"), per_rank_cell(f, "ssd_backward_ms"), cell(f["warmup_ddp_s"])]
+            for name, f in by.items()
+        ]
+        what = f"### {mode}: {model_text(size, by)}, L {seqlen}, batch {batch} per GPU, {gpus} GPUs"
+        tables += [what, "", table(header, rows), ""]
+    warned = {
+        f"{name} {k[3]}": f["stream_warnings"].median
+        for k, by in scpool.items()
+        for name, f in by.items()
+        if f["stream_warnings"] and f["stream_warnings"].median
+    }
+    errors = ordered(
+        f"{r['variant']} {r['mode']}: {r['error']}" for run in runs for r in run["records"] if "error" in r
+    )
+    lines = [
+        f"## Scaling to {n} GPUs (scripts/bench_scaling.py)",
+        "",
+        *captions(runs),
+        "The same per-GPU batch on 1 and on N GPUs, one process per GPU; each process times the three phases "
+        "step by step in turn. *1 GPU*: the plain model, no communication, every rank timing its own at the same "
+        "time (the figure is the median of the ranks'); *DDP*: the model in DistributedDataParallel, the slowest "
+        "rank's step; *no_sync*: the same DDP step without the all-reduce (slowest rank). (ranks): each rank's "
+        "median step, rank 0 first. tokens/s on N GPUs: N x the per-GPU tokens over the slowest DDP step; "
+        "*speedup*: N-GPU over 1-GPU tokens/s; *scaling efficiency*: the 1-GPU step over the DDP step (speedup / "
+        "N). *all-reduce*: one all-reduce of every gradient at once (float32), its time and bus bandwidth "
+        "2 (N - 1) / N x bytes / time; *exposed*: DDP step - no_sync step; *overlap*: 1 - exposed / all-reduce "
+        "time (below 0: the exposed time exceeds one whole all-reduce). *SSD fwd/bwd*: time inside `kernels.ssd` "
+        "in the 1-GPU step, per rank (– where not timed: compiled). *warm-up s (DDP)*: the DDP phase's warm-up "
+        "steps, compilation and autotuning included, slowest rank.",
+        "AccumulateGrad stream warnings: "
+        + ("; ".join(f"{k}: {v:.0f}" for k, v in warned.items()) if warned else "none in any record")
+        + ".",
+        "",
+        *tables,
+    ]
+    return "\n".join(lines + (["Not measured: " + "; ".join(errors) + "."] if errors else [])).rstrip()
 
 
 # ---- Amdahl ---------------------------------------------------------------------------------------------
@@ -387,7 +506,7 @@ def reconcile(step_runs: list[dict], spool: Pool, kpool: Pool, base: str) -> lis
     return rows
 
 
-def reconcile_section(rec: list[dict], base: str) -> str:
+def reconcile_section(rec: list[dict], base: str, kpool: Pool) -> str:
     def c(row: dict, k: str, fmt: Callable[[float], str] = num) -> str:
         return cell(Stat(**row[k]) if row[k] else None, fmt)
 
@@ -401,6 +520,16 @@ def reconcile_section(rec: list[dict], base: str) -> str:
     header = ["model", "L", "batch", "mode", "backend", f"SSD share ({base} step)", "k isolated fwd+bwd"]
     header += ["predicted", "k in step", "predicted", "measured", "measured vs isolated prediction"]
     header += ["SSD fwd share", "k fwd in step", "step speedup if only the forward changed"]
+    lengths = ", ".join(map(str, sorted({dict(k[1]).get("seqlen") for k in kpool} - {None})))
+    blank = [r for r in rec if not r["k_isolated_fwd_bwd"]]
+    blank_text = (
+        f" *k isolated* and its prediction are blank where the SSD-alone series has no shape at the step's L and "
+        f"SSD dimensions (it holds L {lengths}; the step rows: L "
+        + ", ".join(map(str, ordered(r["seqlen"] for r in blank)))
+        + ")."
+        if blank
+        else ""
+    )
     return "\n".join(
         [
             "## Isolated speedup vs step speedup (Amdahl)",
@@ -409,7 +538,7 @@ def reconcile_section(rec: list[dict], base: str) -> str:
             "*k isolated* is the wall-clock ratio from the SSD-alone benchmark at the same L and SSD dimensions, "
             "*k in step* the ratio of the SSD's own time inside the step; predicted = 1 / ((1 - s) + s / k). "
             f"The last column is the step speedup had only the SSD forward changed (the backend's forward, "
-            f"{base}'s backward).",
+            f"{base}'s backward)." + blank_text,
             "",
             table(header, rows) if rows else f"No step shape holds both {base} and another backend with SSD times.",
         ]
@@ -424,21 +553,30 @@ def captions(runs: list[dict]) -> list[str]:
     env = {k: ordered(str(r["environment"].get(k)) for r in runs) for r in runs for k in r["environment"]}
     settings = {k: v for k, v in runs[0]["settings"].items() if k not in ("out", "skipped")}
     skipped = runs[0]["settings"].get("skipped") or {}
+    count = runs_text(runs).capitalize() + ", a single process" * (len(runs) == 1)
+    count += f" (a headline needs {HEADLINE_RUNS})" if len(runs) < HEADLINE_RUNS else ""
     return [
-        f"{runs_text(runs).capitalize()}: {', '.join(r['file'].name for r in runs)}.",
+        f"{count}: {', '.join(r['file'].name for r in runs)}.",
         "Environment: " + ", ".join(f"{k} {' / '.join(v)}" for k, v in env.items() if k != "host") + ".",
-        "Settings: " + ", ".join(f"{k} {v}" for k, v in settings.items()) + ".",
+        "Settings: " + ", ".join(f"{k} {setting(v)}" for k, v in settings.items()) + ".",
         *([f"Skipped: {'; '.join(f'{k}: {v}' for k, v in skipped.items())}."] if skipped else []),
     ]
+
+
+def setting(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 def runs_text(runs: list[dict]) -> str:
     return f"{len(runs)} run" + "s" * (len(runs) > 1)
 
 
-def headline(kpool: Pool, spool: Pool, krun: list[dict], srun: list[dict], base: str, gpu: str) -> str:
-    """Every other backend over the baseline at the largest kernel shape and at every step shape, from the
-    benchmarks measured in at least HEADLINE_RUNS processes; the others are named, not shown."""
+def headline(
+    kpool: Pool, spool: Pool, krun: list[dict], srun: list[dict], base: str, gpu: str, scpool: Pool, scrun: list[dict]
+) -> str:
+    """Every other backend over the baseline at the largest kernel shape and at every step shape, and every
+    backend's scaling efficiency, from the benchmarks measured in at least HEADLINE_RUNS processes; the others
+    are named, not shown. `scrun` is empty when there is no scaling series."""
     shown_runs = [runs for runs in (krun, srun) if len(runs) >= HEADLINE_RUNS]
     names = [n for n in ordered(n for runs in shown_runs for n in record_labels(runs)) if n != base]
     rows = []
@@ -457,16 +595,31 @@ def headline(kpool: Pool, spool: Pool, krun: list[dict], srun: list[dict], base:
             cells = [cell(by.get(n, {}).get("over_base"), times) for n in names]
             what = f"training step, {model_text(size, by)}, L {seqlen}, batch {batch}, {mode}"
             rows.append([what, *cells, runs_text(srun)])
+    gpus = " / ".join(str(k[4]) for k in ordered(scpool))
     missing = [
         f"Not in the headline, measured in {runs_text(runs)} ({HEADLINE_RUNS} needed): {what}, "
         f"{', '.join(r['file'].name for r in runs)}; its figures are in BENCHMARKS.md."
-        for what, runs in (("the SSD alone", krun), ("the training step", srun))
-        if len(runs) < HEADLINE_RUNS
+        for what, runs in (("the SSD alone", krun), ("the training step", srun), (f"scaling to {gpus} GPUs", scrun))
+        if runs and len(runs) < HEADLINE_RUNS
     ]
     parts = []
     if rows:
         header = [f"{gpu}: speedup over {base}", *names, "runs"]
-        parts += [table(header, rows), "Each cell: the median across runs, [min–max] when there are several."]
+        parts += [table(header, rows)]
+    if len(scrun) >= HEADLINE_RUNS:
+        scnames = record_labels(scrun)
+        scrows = [
+            [
+                f"{size}, L {seqlen}, batch {batch} per GPU, {mode}",
+                *(cell(by.get(n, {}).get("efficiency"), pct1) for n in scnames),
+            ]
+            + [runs_text(scrun)]
+            for (size, seqlen, batch, mode, _), by in scpool.items()
+        ]
+        scgpu = " / ".join(ordered(r["environment"].get("gpu", "?") for r in scrun))
+        parts += [table([f"{scgpu}, {gpus} GPUs: scaling efficiency", *scnames, "runs"], scrows)]
+    if parts:
+        parts += ["Each cell: the median across runs, [min–max] when there are several."]
     return "\n\n".join(parts + missing)
 
 
@@ -500,20 +653,23 @@ def plots(kpool: Pool, spool: Pool, rec: list[dict], base: str, gpu: str, out_di
                 if name in kpool[k] and tuple(dict(k[1])[f] for f in others) == rest
             ]
             what = ", ".join([name, *(f"{SHAPE_NAMES.get(f, f)}={v}" for f, v in zip(others, rest))])
-            for clock, style in (("wall_over_base", "-"), ("gpu_over_base", "--")):
+            for clock, style in (("wall_over_base", "o-"), ("gpu_over_base", "^--")):
                 xy = [(s.get("seqlen", j), f[clock]) for j, (s, f) in enumerate(pts) if f[clock]]
                 if xy:
                     ax.errorbar(
                         [x for x, _ in xy],
                         [st.median for _, st in xy],
                         yerr=[[st.median - st.min for _, st in xy], [st.max - st.median for _, st in xy]],
-                        fmt="o" + style,
+                        fmt=style,
                         color=f"C{i}",
                         label=f"{what}, {'wall clock' if clock == 'wall_over_base' else 'GPU time'}",
                     )
         ax.axhline(1.0, color="gray", lw=0.8)
         ax.set_xscale("log", base=2)
         ax.set(yscale="log", title=MODE_NAMES.get(mode, mode), xlabel="sequence length")
+        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     axes[0][0].set_ylabel(f"speedup over {base}")
     axes[0][-1].legend(fontsize=6)
     paths.append(save(fig, "kernel_speedup.png"))
@@ -548,9 +704,10 @@ def plots(kpool: Pool, spool: Pool, rec: list[dict], base: str, gpu: str, out_di
             ("predicted_from_isolated", "predicted (isolated k)"),
             ("predicted_from_in_step", "predicted (in-step k)"),
         )
-        for j, (k, name) in enumerate((*bars, ("measured", "measured"))):
+        shown = [(k, name) for k, name in (*bars, ("measured", "measured")) if any(r[k] for r in rec)]
+        for j, (k, name) in enumerate(shown):
             stats = [bar_err(Stat(**r[k]) if r[k] else None) for r in rec]
-            xs = [i + 0.2 * (j - 1) for i in range(len(rec))]
+            xs = [i + 0.2 * (j - (len(shown) - 1) / 2) for i in range(len(rec))]
             ax.bar(xs, [m for m, _ in stats], 0.2, yerr=list(zip(*[e for _, e in stats])), label=name)
         ax.axhline(1.0, color="gray", lw=0.8)
         names = [f"{r['size']} L={r['seqlen']}\n{r['mode']}\n{r['backend']}" for r in rec]
@@ -559,6 +716,43 @@ def plots(kpool: Pool, spool: Pool, rec: list[dict], base: str, gpu: str, out_di
         ax.legend(fontsize=8)
         paths.append(save(fig, "amdahl.png"))
     return paths
+
+
+def scaling_plot(scpool: Pool, gpu: str, runs: str, out_dir: Path) -> Path:
+    """results/scaling.png: tokens/s on 1 and on N GPUs per backend, one panel per step shape and mode; a black
+    tick at N x the 1-GPU figure (perfect scaling); error bars span the runs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = list(scpool)
+    width = max(5, 1.6 * max(len(by) for by in scpool.values()))
+    fig, axes = plt.subplots(1, len(keys), figsize=(width * len(keys), 4.2), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        size, seqlen, batch, mode, gpus = key
+        names = list(scpool[key])
+        for j, (fig_name, what) in enumerate((("tokens_1", "1 GPU"), ("tokens_n", f"{gpus} GPUs (DDP)"))):
+            stats = [scpool[key][n][fig_name] for n in names]
+            xs = [i + 0.4 * (j - 0.5) for i in range(len(names))]
+            heights = [st.median if st else 0.0 for st in stats]
+            err = [
+                [st.median - st.min if st else 0.0 for st in stats],
+                [st.max - st.median if st else 0.0 for st in stats],
+            ]
+            ax.bar(xs, heights, 0.4, yerr=err, color=f"C{j}", label=what)
+        ideal = [(i, gpus * f["tokens_1"].median) for i, f in enumerate(scpool[key].values()) if f["tokens_1"]]
+        ax.hlines([y for _, y in ideal], [i for i, _ in ideal], [i + 0.4 for i, _ in ideal], color="k")
+        ax.plot([], [], color="k", label=f"{gpus} x the 1-GPU tokens/s")
+        ax.set_xticks(range(len(names)), names, fontsize=7)
+        ax.set(ylabel="tokens/s", title=f"{mode}: {size}, L {seqlen}, batch {batch} per GPU ({gpu}, {runs})")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.StrMethodFormatter("{x:,.0f}"))
+        ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    path = out_dir / "scaling.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 # ---- main -----------------------------------------------------------------------------------------------
@@ -577,27 +771,40 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT, help="BENCHMARKS.md goes here; README.md here is refreshed")
     ap.add_argument("--kernels", default="kernels_h200", help="series NAME: NAME.json and NAME_run<N>.json")
     ap.add_argument("--step", default="step_h200", help="series NAME: NAME.json and NAME_run<N>.json")
+    ap.add_argument(
+        "--scaling",
+        default=None,
+        help=f"series NAME of scripts/bench_scaling.py; default: {SCALING_DEFAULT} when present, else none",
+    )
     ap.add_argument("--baseline", default="triton", help="the backend every ratio is taken over")
     args = ap.parse_args(argv)
 
     krun = load_series(args.results, args.kernels, "bench_kernels")
     srun = load_series(args.results, args.step, "bench_step")
+    scaling = args.scaling or (SCALING_DEFAULT if series_files(args.results, SCALING_DEFAULT) else None)
+    scrun = load_series(args.results, scaling, "bench_scaling") if scaling else []
     base = args.baseline
     kpool = pool(krun, shape_key, kernel_figures, base)
     spool = pool(srun, step_key, step_figures, base)
+    scpool = pool(scrun, scaling_key, scaling_figures, base)
     rec = reconcile(srun, spool, kpool, base)
     gpu = " / ".join(ordered(r["environment"].get("gpu", "?") for r in [*krun, *srun]))
     pngs = plots(kpool, spool, rec, base, gpu, args.results)
+    if scpool:
+        scgpu = " / ".join(ordered(r["environment"].get("gpu", "?") for r in scrun))
+        pngs.append(scaling_plot(scpool, scgpu, runs_text(scrun), args.results))
     (args.results / "reconciliation.json").write_text(json.dumps(rec, indent=1) + "\n")
 
     out = args.out / "BENCHMARKS.md"
-    sources = ", ".join(f"{relative(r['file'], args.out)}" for r in [*krun, *srun])
+    sources = ", ".join(f"{relative(r['file'], args.out)}" for r in [*krun, *srun, *scrun])
     notes = args.results / "notes.md"
-    head = headline(kpool, spool, krun, srun, base, gpu)
+    head = headline(kpool, spool, krun, srun, base, gpu, scpool, scrun)
+    command = f"python scripts/report.py --kernels {args.kernels} --step {args.step}"
+    command += (f" --scaling {scaling}" if scaling else "") + (f" --baseline {base}" if base != "triton" else "")
     parts = [
         "# Benchmarks",
         "",
-        f"Generated by `python scripts/report.py` from {sources}; do not edit by hand."
+        f"Generated by `{command}` from {sources}; do not edit by hand."
         + (
             f" What these figures were taken to mean, dated, is in {relative(notes, args.out)}."
             if notes.is_file()
@@ -612,7 +819,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         step_section(srun, spool, base),
         "",
-        reconcile_section(rec, base),
+        reconcile_section(rec, base, kpool),
+        *(["", scaling_section(scrun, scpool)] if scrun else []),
     ]
     out.write_text("\n".join(parts) + "\n")
     written = [out, *pngs, args.results / "reconciliation.json"]

@@ -69,6 +69,53 @@ def step_run() -> dict:
     return {"kind": "bench_step", "environment": {"gpu": GPU}, "settings": settings, "records": records}
 
 
+def scaling_record(
+    backend: str, backward: str | None, ms: dict[str, list[float]], ssd_fwd: list[float], **extra
+) -> dict:
+    """One bench_scaling record on len(ssd_fwd) GPUs: per phase, each rank's median step; figures derived as
+    bench_scaling derives them (1 GPU: the median of the ranks; DDP and no_sync: the slowest rank)."""
+    world, tokens, allreduce_ms = len(ssd_fwd), 2 * 1024, 4.0
+    phases = {}
+    for phase, steps in ms.items():
+        per_rank = [
+            {"step_ms": t, "forward_ms": t / 3, "backward_ms": t / 2, "ssd_forward_ms": f, "ssd_backward_ms": 3 * f}
+            for t, f in zip(steps, ssd_fwd)
+        ]
+        step_ms = statistics.median(steps) if phase == "single" else max(steps)
+        gpus = 1 if phase == "single" else world
+        phases[phase] = {"median": per_rank[0], "per_rank": per_rank, "step_ms": step_ms}
+        phases[phase]["tokens_per_s"] = gpus * tokens / (step_ms / 1e3)
+    single, ddp, unsynced = (phases[p]["step_ms"] for p in ("single", "ddp", "no_sync"))
+    rec = {"size": "mini", "parameters": 7_000_000, "config": CONFIG, "seqlen": 1024, "batch_per_gpu": 2}
+    rec |= {"world_size": world, "variant": backend, "backend": backend, "backward": backward, "mode": "eager"}
+    rec |= {"warmup_s": {"ddp": 9.5, "no_sync": 0.5, "single": 0.5}, "stream_warnings": 0, "phases": phases}
+    rec["allreduce"] = {"bytes": 28_000_000, "ms": allreduce_ms, "busbw_GBps": 7.0, "ms_per_rank": [4.0] * world}
+    rec |= {"scaling_efficiency": single / ddp, "speedup": world * single / ddp, "exposed_comm_ms": ddp - unsynced}
+    return rec | {"overlap": 1 - (ddp - unsynced) / allreduce_ms} | extra
+
+
+def scaling_run(ddp_scale: float = 1.0) -> dict:
+    """One bench_scaling process on 2 GPUs: a balanced backend (its DDP and no_sync steps times `ddp_scale`),
+    one whose ranks disagree, one that failed."""
+    balanced = {"single": [100.0, 102.0], "ddp": [105.0, 104.0], "no_sync": [103.0, 102.0]}
+    balanced |= {k: [ddp_scale * t for t in balanced[k]] for k in ("ddp", "no_sync")}
+    skewed = {"single": [90.0, 96.0], "ddp": [113.0, 141.0], "no_sync": [91.0, 99.0]}
+    records = [
+        scaling_record("cutile", "reference", balanced, [5.0, 5.0]),
+        scaling_record("triton", None, skewed, [6.0, 15.0], stream_warnings=3),
+        {"variant": "torch", "mode": "eager", "error": "rank 1: RuntimeError: out of memory"},
+    ]
+    settings = {"out": "sc", "config": "mini", "seqlen": 1024, "batch": 2, "world_size": 2, "quick": True}
+    settings |= {"variants": ["cutile", "triton", "torch"], "NCCL_NVLS_ENABLE": "0"}
+    env = {"gpu": GPU, "gpu_count": 2}
+    return {"kind": "bench_scaling", "environment": env, "settings": settings, "records": records}
+
+
+def ms(v: float) -> str:
+    """A time as the report writes it: three decimals below 10, one above."""
+    return f"{v:,.3f}" if abs(v) < 10 else f"{v:,.1f}"
+
+
 def write(path: Path, payload: dict) -> None:
     path.write_text(json.dumps(payload))
 
@@ -132,3 +179,83 @@ def test_report_refuses_to_pool_runs_measured_differently(tmp_path):
 def test_report_names_the_missing_results(tmp_path):
     done = run_report(tmp_path, tmp_path)
     assert done.returncode != 0 and "kernels_h200" in done.stderr and "run the benchmark" in done.stderr
+
+
+def test_report_renders_the_scaling_series_with_every_rank(tmp_path):
+    w = {"cutilereference": 0.5, "triton": 1.0, "cutilecutile": 0.25}
+    write(tmp_path / "kernels_h200.json", kernel_run(w))
+    write(tmp_path / "step_h200.json", step_run())
+    run = scaling_run()
+    write(tmp_path / "scaling_h200x2.json", run)  # the default series: found without --scaling
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- headline:start -->\n<!-- headline:end -->\n")
+
+    done = run_report(tmp_path, tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "BENCHMARKS.md").read_text()
+    section = text.split("## Scaling to 2 GPUs (scripts/bench_scaling.py)")[1]
+    assert "1 run, a single process (a headline needs 3): scaling_h200x2.json." in section
+    assert f"gpu {GPU}" in section and "variants cutile,triton,torch" in section and "NCCL_NVLS_ENABLE 0" in section
+    assert "### eager: mini (7M parameters), L 1024, batch 2 per GPU, 2 GPUs" in section
+    assert "AccumulateGrad stream warnings: triton eager: 3." in section
+    assert "Not measured: torch eager: rank 1: RuntimeError: out of memory." in section
+
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in section.splitlines() if line.startswith("| ")}
+    for name, rec in zip(("cutile", "triton"), run["records"]):
+        p = rec["phases"]
+        single, ddp, unsynced = (p[k]["step_ms"] for k in ("single", "ddp", "no_sync"))
+        each = [" / ".join(f"{r['step_ms']:.1f}" for r in p[k]["per_rank"]) for k in ("single", "ddp", "no_sync")]
+        assert rows[name][:3] == [f"{single:.1f} ({each[0]})", f"{ddp:.1f} ({each[1]})", f"{unsynced:.1f} ({each[2]})"]
+        tokens_1, tokens_2 = 2048 / (single / 1e3), 2 * 2048 / (ddp / 1e3)
+        assert rows[name][3:8] == [f"{tokens_1:,.0f}", f"{tokens_2:,.0f}", f"{2 * single / ddp:.2f}x"] + [
+            f"{100 * single / ddp:.1f}%",
+            "28",
+        ]
+        exposed = ddp - unsynced  # the all-reduce takes 4 ms: overlap 1 - exposed / 4, below 0 for triton
+        assert rows[name][9:12] == ["7", ms(exposed), f"{100 * (1 - exposed / 4):.0f}%"]
+        assert rows[name][12] == " / ".join(ms(r["ssd_forward_ms"]) for r in p["single"]["per_rank"])
+    # The slowest rank sets the DDP step: triton's ranks 113 and 141 ms give 141 ms, 93 / 141 efficiency.
+    assert rows["triton"][1] == "141.0 (113.0 / 141.0)" and rows["triton"][6] == f"{100 * 93 / 141:.1f}%"
+    assert "torch" not in rows
+
+    assert "![scaling](scaling.png)" in text and (tmp_path / "scaling.png").stat().st_size > 0
+    head = readme.read_text()
+    assert "Not in the headline, measured in 1 run (3 needed): scaling to 2 GPUs, scaling_h200x2.json" in head
+    assert "scaling efficiency" not in head
+
+
+def test_report_headline_shows_scaling_from_three_runs(tmp_path):
+    w = {"cutilereference": 0.5, "triton": 1.0, "cutilecutile": 0.25}
+    write(tmp_path / "kernels_t.json", kernel_run(w))
+    write(tmp_path / "step_t.json", step_run())
+    scales = (1.0, 1.2, 1.1)  # cutile's DDP and no_sync steps per run; the rest alike in every run
+    for i, scale in enumerate(scales, 1):
+        write(tmp_path / f"scale_t_run{i}.json", scaling_run(scale))
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- headline:start -->\n<!-- headline:end -->\n")
+
+    done = run_report(tmp_path, tmp_path, "--kernels", "kernels_t", "--step", "step_t", "--scaling", "scale_t")
+    assert done.returncode == 0, done.stderr
+    head = readme.read_text()
+    assert f"| {GPU}, 2 GPUs: scaling efficiency | cutile | triton | runs |" in head
+    cutile = sorted(101 / (105 * s) for s in scales)  # the 1-GPU step (median of 100 and 102) over the slowest DDP
+    triton = 93 / 141  # the same in every run
+    cells = [f"{100 * cutile[1]:.1f}% [{100 * cutile[0]:.1f}%–{100 * cutile[2]:.1f}%]"]
+    cells += [f"{100 * triton:.1f}% [{100 * triton:.1f}%–{100 * triton:.1f}%]"]
+    assert f"| mini, L 1024, batch 2 per GPU, eager | {cells[0]} | {cells[1]} | 3 runs |" in head
+    text = (tmp_path / "BENCHMARKS.md").read_text()
+    ddp = sorted(105 * s for s in scales)
+    rank1 = sorted(104 * s for s in scales)
+    assert "| cutile | 101.0 [101.0–101.0] (100.0 [100.0–100.0] / 102.0 [102.0–102.0]) | " in text
+    assert f"| {ddp[1]:.1f} [{ddp[0]:.1f}–{ddp[2]:.1f}] (" in text and f" / {rank1[1]:.1f} [{rank1[0]:.1f}–" in text
+    assert "3 runs: scale_t_run1.json, scale_t_run2.json, scale_t_run3.json." in text
+
+
+def test_report_names_a_missing_scaling_series(tmp_path):
+    w = {"cutilereference": 0.5, "triton": 1.0, "cutilecutile": 0.25}
+    write(tmp_path / "kernels_h200.json", kernel_run(w))
+    write(tmp_path / "step_h200.json", step_run())
+    assert run_report(tmp_path, tmp_path).returncode == 0  # no scaling_h200x2*.json: no section, no error
+    assert "## Scaling" not in (tmp_path / "BENCHMARKS.md").read_text() and not (tmp_path / "scaling.png").exists()
+    done = run_report(tmp_path, tmp_path, "--scaling", "scaling_none")
+    assert done.returncode != 0 and "scaling_none" in done.stderr and "run the benchmark" in done.stderr
