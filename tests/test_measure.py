@@ -73,3 +73,22 @@ def test_timed_step_trains_and_keeps_each_steps_own_ssd_time():
         assert len(marks.ssd.forward) == 2 and len(marks.ssd.backward) == 2
         split = marks.read()
         assert 0 < split["ssd_forward_ms"] < split["forward_ms"] and 0 < split["ssd_backward_ms"] < split["backward_ms"]
+
+
+def test_code_fingerprint_names_the_code_not_its_caches(tmp_path):
+    from lightning_modules.measure.environment import code_fingerprint
+
+    (tmp_path / "kernels" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "train.py").write_text("print('train')\n")
+    (tmp_path / "kernels" / "ssd.py").write_text("A = 1\n")
+    (tmp_path / "configs" / "tiny.yaml").write_text("model: {}\n")
+    first = code_fingerprint(tmp_path)
+    (tmp_path / "kernels" / "__pycache__" / "ssd.cpython-311.pyc").write_bytes(b"\x00compiled")
+    (tmp_path / "kernels" / "notes.txt").write_text("not code\n")
+    assert code_fingerprint(tmp_path) == first
+    (tmp_path / "kernels" / "ssd.py").write_text("A = 2\n")
+    assert code_fingerprint(tmp_path) != first
+    (tmp_path / "kernels" / "ssd.py").write_text("A = 1\n")
+    (tmp_path / "configs" / "tiny.yaml").write_text("model: {d_model: 8}\n")
+    assert code_fingerprint(tmp_path) != first

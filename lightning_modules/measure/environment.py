@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime
+import hashlib
 import importlib
 import platform
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -23,10 +25,42 @@ def _version(module: str) -> str | None:
     return getattr(mod, "__version__", "unknown")
 
 
+ROOT = Path(__file__).resolve().parents[2]
+CODE = ("train.py", "kernels", "lightning_modules", "data", "scripts", "configs")  # what a measurement runs
+
+
+def code_fingerprint(root: Path = ROOT) -> str:
+    """A hash of the project's code (the Python, YAML and shell files under CODE): it names the code a figure
+    was measured on where the copy that ran has no git history (GPU machines); the same call on a checkout
+    of a commit tells whether that commit is the code measured."""
+    digest = hashlib.sha256()
+    for top in CODE:
+        path = root / top
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.suffix in (".py", ".yaml", ".sh"))
+        for f in files:
+            if "__pycache__" in f.parts:
+                continue
+            digest.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def _git_commit(root: Path = ROOT) -> str | None:
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None
+
+
 def environment() -> dict[str, Any]:
-    """GPU, driver, CUDA and package versions, host, date: stored beside every figure."""
+    """GPU, driver, CUDA and package versions, host, date, and the code measured (git commit where the
+    checkout has one, and a fingerprint of the code either way): stored beside every figure."""
     env: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": _git_commit(),
+        "code": code_fingerprint(),
         "python": platform.python_version(),
         "host": platform.node(),
         "torch": torch.__version__,
