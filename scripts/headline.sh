@@ -10,8 +10,9 @@
 # process prints its wall time. Estimated from the warm-up times the benchmarks record (not yet timed as a
 # whole): kernels about 2.5 min per process (mostly Triton's autotuning), step about 4 min per process (one
 # compilation per variant), so `step` takes one process per 10-minute GPU call. RESULTS (default results/)
-# says where the JSON goes.
+# says where the JSON goes, OUT (default the repository) where BENCHMARKS.md and README.md are.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 part=${1:?usage: scripts/headline.sh kernels|step|report}
 results=${RESULTS:-results}
 kernels_series=kernels_h200_seed
@@ -42,7 +43,7 @@ step)
         --backends standin,triton,cutile,cutile_bwd --autotune
     ;;
 report)
-    python scripts/report.py --results "$results" --kernels "$kernels_series" --step "$step_series"
+    python scripts/report.py --results "$results" --out "${OUT:-.}" --kernels "$kernels_series" --step "$step_series"
     ;;
 *)
     echo "scripts/headline.sh: unknown part '$part'; use kernels, step or report" >&2
