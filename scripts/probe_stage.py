@@ -4,18 +4,26 @@ somewhere, change it, and probe both in one GPU call (results/tuning_log.md keep
 
     python scripts/probe_stage.py bwd_dx                                 # the production kernel alone
     python scripts/probe_stage.py bwd_dbc /tmp/bwd_dbc_v2.py --chunks 64,128 --calls 20
+    python scripts/probe_stage.py bwd_dbc --chunks 64 --sweep            # every configuration of its tune space
+
+With --sweep each file's stage is tuned (a temporary tuning cache) and the time of every configuration of
+its tune space at the seed shape is printed; the float64 check then covers the configuration tuning chose
+at the check's own shape, and the timed row the one it chose at the seed shape.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import logging
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
+import kernels
 from kernels import reference
 from kernels import reference_backward as ref_bwd
 from kernels.cutile import tuning
@@ -84,14 +92,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("variants", nargs="*", help="files holding a changed copy of kernels/cutile/<stage>.py")
     ap.add_argument("--chunks", default="64,128")
     ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--sweep", action="store_true", help="tune, printing every configuration's time")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("probe_stage needs a CUDA GPU", file=sys.stderr)
         return 2
     print(f"kernels.cutile.{args.stage}, seed shape b 4 l 16384 h 8 p 64 g 1 n 128 bf16", flush=True)
-    for path in [None, *args.variants]:
+    scratch = Path(tempfile.mkdtemp(prefix="probe_stage_"))
+    if args.sweep:
+        logging.basicConfig(format="%(message)s")
+        logging.getLogger("kernels.cutile.tuning").setLevel(logging.INFO)
+        kernels.set_autotune(True)
+    for i, path in enumerate([None, *args.variants]):
         fn = load(args.stage, path)
-        tuning.set_cache_path(None)  # forget the configurations chosen so far: each file launches its own default
+        # Forget the configurations chosen so far: each file launches its own default, or is tuned afresh.
+        tuning.set_cache_path(scratch / f"tuning{i}.json" if args.sweep else None)
         for chunk in (int(c) for c in args.chunks.split(",")):
             e16, e32 = (max_error(fn, args.stage, d, chunk) for d in (torch.bfloat16, torch.float32))
             ms = time_ms(fn, args.stage, chunk, args.calls)

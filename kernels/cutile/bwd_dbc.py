@@ -97,15 +97,16 @@ def bwd_dbc_kernel(
 
 @dataclass(frozen=True)
 class DbcConfig:
-    """State columns per program (0: all of them) and the occupancy hint. The default is the fastest measured
-    at the seed shape (results/tuning_log.md)."""
+    """State columns per program (0: all of them), the occupancy hint and worker warps (0: the compiler's
+    choice). The default is the fastest measured at the seed shape (results/tuning_log.md)."""
 
     TILE_N: int = 0
     occupancy: int = 1
+    worker_warps: int = 0
 
 
 def dbc_space() -> list[DbcConfig]:
-    return [DbcConfig(tile_n, occ) for tile_n in (0, 64, 32) for occ in (1, 2)]
+    return [DbcConfig(tile_n, occ, warps) for tile_n in (0, 64) for occ in (1, 2) for warps in (0, 8)]
 
 
 def bwd_dbc(
@@ -140,7 +141,7 @@ def bwd_dbc(
         parts[:] = [dt_out.new_empty((blocks,) + rows)]
         args = (x, dy, B, C, dt_out.view(rows), dA_cumsum.view(rows), chunk_states, dstates, dB, dC, parts[0])
         args += (h // g, g, chunk_size, next_pow2(p), tile_n, x.dtype == torch.float32)
-        return (b * g, nchunks, blocks), with_hints(bwd_dbc_kernel, cfg.occupancy), args
+        return (b * g, nchunks, blocks), with_hints(bwd_dbc_kernel, cfg.occupancy, cfg.worker_warps), args
 
     launch("bwd_dbc", shape_key(x, B, chunk_size), DbcConfig(), dbc_space, spec, x.device)
     da_inter = parts[0].sum(0) if parts[0].shape[0] > 1 else parts[0][0]

@@ -142,5 +142,6 @@ def _decide(kernel_name, shape_key, default, space, device, spec):
         len(result.failures),
         seconds,
     )
+    log.info("cuTile: %s on %s, every configuration: %s", kernel_name, shape_key, result.summary(top_k=len(candidates)))
     _store(key, {"config": dataclasses.asdict(best), "mean_us": result.best.mean_us, "tuned_s": seconds})
     return best
