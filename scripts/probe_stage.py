@@ -1,6 +1,6 @@
 """Probe one cuTile stage: the production kernel and variant files of it, each checked against its reference
 stage in float64, then timed side by side at the seed shape. For tuning: copy kernels/cutile/<stage>.py
-somewhere, change it, and probe both in one GPU call (results/tuning_log.md keeps what was tried).
+somewhere, change it, and probe both in one run (results/tuning_log.md keeps what was tried).
 
     python scripts/probe_stage.py bwd_dx                                 # the production kernel alone
     python scripts/probe_stage.py bwd_dbc /tmp/bwd_dbc_v2.py --chunks 64,128 --calls 20
@@ -105,8 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         kernels.set_autotune(True)
     for i, path in enumerate([None, *args.variants]):
         fn = load(args.stage, path)
-        # Forget the configurations chosen so far: each file launches its own default, or is tuned afresh.
-        tuning.set_cache_path(scratch / f"tuning{i}.json" if args.sweep else None)
+        # A fresh tuning cache per file: each launches its own default (nothing cached on this machine is
+        # reused), or with --sweep is tuned afresh.
+        tuning.set_cache_path(scratch / f"tuning{i}.json")
         for chunk in (int(c) for c in args.chunks.split(",")):
             e16, e32 = (max_error(fn, args.stage, d, chunk) for d in (torch.bfloat16, torch.float32))
             ms = time_ms(fn, args.stage, chunk, args.calls)

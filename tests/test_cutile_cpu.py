@@ -130,6 +130,12 @@ def test_tuning_choice_is_decided_once_per_shape(tmp_path, monkeypatch):
             assert tuning.choose("compute_out", "s1", OutConfig(), never, "cuda:0", None) == OutConfig(128, 32, 4, 1)
             assert tuning.choose("compute_out", "s2", OutConfig(), never, "cuda:0", None) == OutConfig()
         assert len(lookups) == 2  # one per shape
+        # An entry written for another layout of the configuration (a field since removed) is not used.
+        (tmp_path / "tuning.json").write_text(
+            '{"compute_out|s3|TestGPU|cuda-tile-x": {"config": {"TILE_T": 128, "TILE_P": 32, "stages": 2}}}'
+        )
+        tuning.set_cache_path(tmp_path / "tuning.json")
+        assert tuning.choose("compute_out", "s3", OutConfig(), never, "cuda:0", None) == OutConfig()
     finally:
         tuning.set_cache_path(None)
 

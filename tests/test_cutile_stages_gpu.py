@@ -13,12 +13,14 @@ import torch
 
 from kernels import reference
 from kernels import reference_backward as ref_bwd
-from kernels.cutile.bwd_dbc import bwd_dbc
+from kernels.cutile import tuning
+from kernels.cutile.bwd_dbc import bwd_dbc, dbc_space
 from kernels.cutile.bwd_dx import bwd_dx
 from kernels.cutile.bwd_pass_state import bwd_pass_state
 from kernels.cutile.chunk_cumsum import chunk_cumsum
 from kernels.cutile.compute_out import compute_out
 from kernels.cutile.fwd_pass_state import fwd_pass_state
+from kernels.cutile.launch import whole_chunk_space
 from kernels.testing import stage_inputs
 from tests.gpu_common import CUTILE, SEEDS, TOL, rel_err
 
@@ -84,3 +86,23 @@ def test_backward_stages_one_group_and_one_head_per_group(g):
     got = bwd_dbc(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA, states, dstates))
     for name, a, b in zip(("dB", "dC", "da_inter"), got, (dB, dC, da_inter)):
         assert rel_err(a, b) < TOL[torch.float32], name
+
+
+TUNED = [("bwd_dbc", cfg) for cfg in dbc_space()] + [("bwd_dx", cfg) for cfg in whole_chunk_space()]
+
+
+@pytest.mark.parametrize("stage,config", TUNED, ids=lambda v: str(v))
+def test_every_tuning_configuration_of_the_backward(stage, config, monkeypatch):
+    """Tuning picks a configuration by speed alone, so each one it can pick must be right: bf16, state 128
+    (two column blocks when the configuration splits them), each forced in turn."""
+    monkeypatch.setattr(tuning, "choose", lambda name, key, default, space, device, spec: config)
+    t, t64, dy, dfinal, dt_out, dA, states, _ = case(torch.bfloat16, 64, 64, 128)
+    dstates, _ = ref_bwd.bwd_pass_state(dy.to(F64), t64["C"], dA, dfinal.to(F64))
+    if stage == "bwd_dbc":
+        want = ref_bwd.bwd_dbc(t64["x"], dy.to(F64), t64["B"], t64["C"], dt_out, dA, states, dstates)
+        got = bwd_dbc(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA, states, dstates))
+    else:
+        want = ref_bwd.bwd_dx(t64["x"], dy.to(F64), t64["B"], t64["C"], dt_out, dA, dstates, t64["D"])
+        got = bwd_dx(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA, dstates, t64["D"]))
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert rel_err(a, b) < TOL[torch.bfloat16], (stage, config, i)

@@ -92,3 +92,25 @@ def test_code_fingerprint_names_the_code_not_its_caches(tmp_path):
     (tmp_path / "kernels" / "ssd.py").write_text("A = 1\n")
     (tmp_path / "configs" / "tiny.yaml").write_text("model: {d_model: 8}\n")
     assert code_fingerprint(tmp_path) != first
+
+
+def test_commit_is_only_read_from_this_projects_own_checkout(tmp_path):
+    import subprocess
+
+    from lightning_modules.measure.environment import _git_commit
+
+    outer = tmp_path / "outer"
+    (outer / "copy" / "kernels").mkdir(parents=True)
+    (outer / "copy" / "kernels" / "a.py").write_text("A = 1\n")
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], cwd=outer, check=True)
+    subprocess.run([*git, "add", "."], cwd=outer, check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], cwd=outer, check=True)
+    assert _git_commit(outer / "copy") is None  # a copy inside another repository has no commit of its own
+    subprocess.run([*git, "init", "-q"], cwd=outer / "copy", check=True)
+    subprocess.run([*git, "add", "."], cwd=outer / "copy", check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], cwd=outer / "copy", check=True)
+    head = _git_commit(outer / "copy")
+    assert head is not None and len(head) == 40
+    (outer / "copy" / "kernels" / "a.py").write_text("A = 2\n")
+    assert _git_commit(outer / "copy") == head + "+dirty"

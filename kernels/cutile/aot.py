@@ -110,13 +110,13 @@ def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
                 + [8, 4, chunk, tile_p, tile_n, flag, tf32]
             ),
         )
-        yield (
-            f"bwd_dbc[{name},Q={chunk},P={tile_p},N=64]",
+        yield (  # all state columns in one program: the default configuration (DbcConfig)
+            f"bwd_dbc[{name},Q={chunk},P={tile_p},N={tile_n}]",
             bwd_dbc_kernel,
             _signature(
                 [_array(dtype, 4)] * 4
                 + [_array(f32, 3), _array(f32, 3), _array(f32, 5), _array(f32, 5), _array(dtype, 4)]
-                + [_array(dtype, 4), _array(f32, 4), i32, 2, chunk, tile_p, 64, tf32]
+                + [_array(dtype, 4), _array(f32, 4), i32, 2, chunk, tile_p, tile_n, tf32]
             ),
         )
 

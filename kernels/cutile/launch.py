@@ -51,10 +51,14 @@ def next_pow2(v: int, floor: int = 16) -> int:
     return max(floor, 1 << (v - 1).bit_length())
 
 
-@functools.cache
 def with_hints(kernel: Any, occupancy: int, worker_warps: int = 0) -> Any:
     """`kernel` with an occupancy hint and, unless 0, a number of worker warps per program: one object per
     combination, so cuTile's compile cache stays with it."""
+    return _with_hints(kernel, occupancy, worker_warps)
+
+
+@functools.cache
+def _with_hints(kernel: Any, occupancy: int, worker_warps: int) -> Any:
     if worker_warps:
         return kernel.replace_hints(occupancy=occupancy, num_worker_warps=worker_warps)
     return kernel.replace_hints(occupancy=occupancy)

@@ -37,6 +37,7 @@ def cache_path() -> Path:
 
 
 def set_cache_path(path: str | os.PathLike | None) -> None:
+    """Keep tuning results in `path` (None: the default, cache_path()); forgets every choice made so far."""
     _state["path"] = None if path is None else Path(path)
     _state["memory"] = None
     _state["chosen"] = {}
@@ -112,7 +113,8 @@ def choose(
 def _decide(kernel_name, shape_key, default, space, device, spec):
     key = f"{kernel_name}|{shape_key}|{_gpu_key(device)}"
     cached = _load().get(key)
-    if cached is not None:
+    fields = {f.name for f in dataclasses.fields(default)}
+    if cached is not None and set(cached["config"]) <= fields:  # an entry of another config layout: tune again
         return type(default)(**cached["config"])
     candidates = list(space()) if _state["autotune"] else []
     if len(candidates) <= 1:

@@ -44,14 +44,25 @@ def code_fingerprint(root: Path = ROOT) -> str:
     return digest.hexdigest()[:12]
 
 
-def _git_commit(root: Path = ROOT) -> str | None:
+def _git(root: Path, *args: str) -> str | None:
     try:
-        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
-    if done.returncode != 0:
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _git_commit(root: Path = ROOT) -> str | None:
+    """HEAD of the checkout this project is (not of a repository around a copy of it), "+dirty" when the code
+    files differ from it."""
+    top = _git(root, "rev-parse", "--show-toplevel")
+    if top is None or Path(top).resolve() != root.resolve():
         return None
-    return done.stdout.strip() or None
+    head = _git(root, "rev-parse", "HEAD")
+    if not head:
+        return None
+    changed = _git(root, "status", "--porcelain", "--", *CODE)
+    return head + ("+dirty" if changed else "")
 
 
 def environment() -> dict[str, Any]:
