@@ -9,7 +9,7 @@
 # Backends alternate within each process; cuTile and Triton are both tuned and warmed before timing. Each
 # process prints its wall time. Estimated from the warm-up times the benchmarks record (not yet timed as a
 # whole): kernels about 2.5 min per process (mostly Triton's autotuning), step about 4 min per process (one
-# compilation per variant), so `step` takes one process per 10-minute GPU call. RESULTS (default results/)
+# compilation per variant), so run `step` one process at a time where a command may take at most 10 minutes. RESULTS (default results/)
 # says where the JSON goes, OUT (default the repository) where BENCHMARKS.md and README.md are.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -36,7 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cuobjdump", required=True, help="path of the cuobjdump binary")
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--only", default="", help="keep specializations whose label contains this text")
-    ap.add_argument("--hints", default="", help="kernel hints to apply, e.g. occupancy=2,num_worker_warps=8")
+    ap.add_argument(
+        "--hints",
+        default="",
+        help="kernel hints to apply, e.g. occupancy=2,num_worker_warps=8 (without: the kernel's own, no occupancy "
+        "hint; the launches add their configuration's hints)",
+    )
     args = ap.parse_args(argv)
     hints = {k: int(v) for k, v in (h.split("=") for h in args.hints.split(",") if h)}
     for label, kernel, signature in (*aot.signatures(), *aot.backward_signatures()):

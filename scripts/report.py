@@ -595,7 +595,7 @@ def headline(
             cells = [cell(by.get(n, {}).get("over_base"), times) for n in names]
             what = f"training step, {model_text(size, by)}, L {seqlen}, batch {batch}, {mode}"
             rows.append([what, *cells, runs_text(srun)])
-    gpus = " / ".join(str(k[4]) for k in ordered(scpool))
+    gpus = " / ".join(str(w) for w in ordered(k[4] for k in scpool))
     missing = [
         f"Not in the headline, measured in {runs_text(runs)} ({HEADLINE_RUNS} needed): {what}, "
         f"{', '.join(r['file'].name for r in runs)}; its figures are in BENCHMARKS.md."

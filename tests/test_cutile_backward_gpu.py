@@ -100,7 +100,8 @@ def test_finite_differences_fp32():
 
     The kernels multiply fp32 inputs in TF32, so a gradient g carries a relative error of about 1e-3 of |g|:
     the bound is 5e-3 |g| |v|, not a fraction of g · v (a random direction can cancel most of g · v).
-    A sign or factor error in any gradient moves g · v by the order of |g| |v| / sqrt(numel) and fails."""
+    A sign error, or a gradient off by a factor far from 1, moves g · v by the order of |g| |v| / sqrt(numel)
+    and fails; small factor errors are the reference grids' to catch."""
     inputs = random_inputs(1, 70, 2, 16, 1, 16, torch.float32, seed=21, device="cuda", init=True)
     gen = torch.Generator(device="cpu").manual_seed(5)
     dy = torch.randn(1, 70, 2, 16, generator=gen).cuda()
