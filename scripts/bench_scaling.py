@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import datetime
 import io
 import os
 import socket
@@ -241,7 +242,10 @@ def worker(rank: int, world: int, port: int | None, args) -> None:
         torch.cuda.set_device(device)
     if world > 1:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-        dist.init_process_group("nccl" if use_cuda else "gloo", rank=rank, world_size=world)
+        # A rank that fails while the others wait in a collective would hang them; past the timeout the
+        # collective fails instead and the job ends, keeping the JSON written after each finished variant.
+        timeout = datetime.timedelta(seconds=args.collective_timeout)
+        dist.init_process_group("nccl" if use_cuda else "gloo", rank=rank, world_size=world, timeout=timeout)
     torch.set_float32_matmul_precision("high")  # as train.py: float32 matmuls may use TF32
     torch._dynamo.config.cache_size_limit = 64  # one compiled graph per variant and mode in this process
     wanted = args.backends.split(",")
@@ -303,6 +307,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile_mode", default=None, help="torch.compile mode for `compile` (bench_step's meaning)")
     ap.add_argument("--ddp_init_stream", choices=("current", "side"), default="current")
     ap.add_argument("--profile", action="store_true", help="GPU kernels of one DDP step, NCCL's time among them")
+    ap.add_argument(
+        "--collective_timeout",
+        type=float,
+        default=300.0,
+        help="seconds a rank waits in a collective before the job fails (compilation included)",
+    )
     ap.add_argument(
         "--autotune",
         action=argparse.BooleanOptionalAction,
