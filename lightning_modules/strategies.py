@@ -23,6 +23,8 @@ from lightning.pytorch.strategies import StrategyRegistry
 from torch.nn import Module
 from torch.nn.parallel import DistributedDataParallel
 
+STREAM_WARNING = "AccumulateGrad node's stream does not match"  # what the side-stream DDP warns, in part
+
 
 class DDPStrategy(_LightningDDP):
     """Lightning's DDPStrategy, with DistributedDataParallel built on the stream that runs the steps."""

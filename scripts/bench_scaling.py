@@ -58,9 +58,9 @@ from lightning_modules.measure.step import TimedStep
 from lightning_modules.measure.timing import gpu_kernel_ms, summarize
 from lightning_modules.model.flops import train_flops_per_token
 from lightning_modules.model.mamba2 import next_token_loss
+from lightning_modules.strategies import STREAM_WARNING
 
 PHASES = ("single", "ddp", "no_sync")
-STREAM_WARNING = "AccumulateGrad node's stream does not match"
 
 
 def _free_port() -> int:

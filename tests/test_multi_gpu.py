@@ -23,6 +23,7 @@ from lightning.pytorch.callbacks import Callback
 
 import kernels
 from lightning_modules.checkpoint import read_checkpoint
+from lightning_modules.strategies import STREAM_WARNING
 from tests.helpers import ROOT, gpu_model_args, read_metrics, series, subprocess_env, tiny_args, write_corpus
 
 pytestmark = [
@@ -40,7 +41,6 @@ AGREE_TOL, FIRST_STEP_TOL = 0.02, 2e-3
 # kernels' rounding (test_train_gpu allows 0.05 between backends over 60 steps). One DDP reference keeps the
 # file to a few minutes of two GPUs.
 SAME_TOL, OTHER_TOL = 0.02, 0.05
-STREAM_WARNING = "AccumulateGrad node's stream does not match"
 # label: (backend to check, model.config.ssd_backend, model.config.ssd_backward); "cutile" runs as `auto` does
 VARIANTS = {
     "torch": ("torch", "torch", "reference"),
