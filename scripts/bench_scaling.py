@@ -47,7 +47,12 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import yaml
-from bench_step import CONFIGS, VARIANTS, load_module  # the sibling script: models built as bench_step builds them
+from bench_step import (  # the sibling script: models built as bench_step builds them
+    CONFIGS,
+    VARIANTS,
+    load_module,
+    parse_run_arguments,
+)
 from torch.nn.parallel import DistributedDataParallel
 
 import kernels
@@ -313,15 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         default=300.0,
         help="seconds a rank waits in a collective before the job fails (compilation included)",
     )
-    ap.add_argument(
-        "--autotune",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="tune cuTile block sizes (cached on disk); default: the config's model.cutile_autotune",
-    )
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.warmup, args.steps = 2, 4
+    args = parse_run_arguments(ap, argv)
     unknown = [b for b in args.backends.split(",") if b not in VARIANTS or b == "standin"]
     if unknown or args.steps < 1 or args.warmup < 0 or args.batch < 1 or args.seqlen < 2:
         ap.error(f"unknown variants {unknown} (choose from {', '.join(VARIANTS)} but standin), or a count < 1")

@@ -175,6 +175,20 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
     return records
 
 
+def parse_run_arguments(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Adds --autotune (the benchmarks' shared switch), parses, and applies --quick (2 warm-up, 4 timed steps)."""
+    ap.add_argument(
+        "--autotune",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="tune cuTile block sizes (cached on disk); default: the config's model.cutile_autotune",
+    )
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.warmup, args.steps = 2, 4
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="results/step.json")
@@ -193,15 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--quick", action="store_true", help="--warmup 2 --steps 4: a minute or two per compiled cell")
     ap.add_argument("--profile", action="store_true", help="record each variant's 20 largest GPU kernels")
-    ap.add_argument(
-        "--autotune",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="tune cuTile block sizes (cached on disk); default: the config's model.cutile_autotune",
-    )
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.warmup, args.steps = 2, 4
+    args = parse_run_arguments(ap, argv)
     unknown = [b for b in args.backends.split(",") if b not in VARIANTS]
     if unknown or args.steps < 1 or args.warmup < 0:
         ap.error(f"unknown variants {unknown} (choose from {', '.join(VARIANTS)}), or steps < 1, or warmup < 0")
