@@ -10,7 +10,7 @@ import torch
 
 import train
 from lightning_modules.checkpoint import read_checkpoint
-from tests.helpers import ROOT, run_script, tiny_args, write_corpus
+from tests.helpers import ROOT, run_script, tiny_args
 
 pytestmark = pytest.mark.slow
 
@@ -23,11 +23,6 @@ class RunsCode:
 
     def __reduce__(self):
         return os.system, (self.command,)
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    return write_corpus(tmp_path_factory.mktemp("corpus"), n_files=16)
 
 
 @pytest.fixture(scope="module")

@@ -15,18 +15,13 @@ import torch
 
 import train
 from lightning_modules.checkpoint import read_checkpoint
-from tests.helpers import ROOT, read_metrics, run_script, series, subprocess_env, tiny_args, wandb_records, write_corpus
+from tests.helpers import ROOT, read_metrics, run_script, series, subprocess_env, tiny_args, wandb_records
 
 pytestmark = pytest.mark.slow
 
 STEPS = 150  # far more than the 5 stops below reach (6 steps each at most): every stop lands in training
 # A checkpoint every 2 steps, validation every 6: stops land in steps, in checkpoint writes and in validations.
 RUN = (f"--trainer.max_steps={STEPS}", "--checkpoint.every_n_train_steps=2", "--logging.wandb=false")
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    return write_corpus(tmp_path_factory.mktemp("corpus"), n_files=16)
 
 
 def _logged_steps(root: Path) -> int:

@@ -7,7 +7,7 @@ import torch
 
 import train
 from lightning_modules.checkpoint import load_trained, read_checkpoint
-from tests.helpers import read_metrics, run_script, series, tiny_args, wandb_records, write_corpus
+from tests.helpers import read_metrics, run_script, series, tiny_args, wandb_records
 
 pytestmark = pytest.mark.slow
 
@@ -20,11 +20,6 @@ STEP_METRICS = {
     "time/ssd_backward_ms",
     "throughput/tokens_per_s",
 }
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    return write_corpus(tmp_path_factory.mktemp("corpus"), n_files=16)
 
 
 @pytest.fixture(scope="module")
