@@ -133,16 +133,19 @@ def bwd_dbc(
     dB = torch.empty_like(B, memory_format=torch.contiguous_format)
     dC = torch.empty_like(C, memory_format=torch.contiguous_format)
     rows = (b, h, nchunks * chunk_size)
-    parts: list[torch.Tensor] = []
+    da_inter_blocks: dict[DbcConfig, torch.Tensor] = {}  # (blocks, b, h, c * Q) per configuration launched
 
     def spec(cfg: DbcConfig) -> tuple[tuple[int, ...], object, tuple]:
         tile_n = min(cfg.TILE_N or next_pow2(n), next_pow2(n))
         blocks = -(-n // tile_n)
-        parts[:] = [dt_out.new_empty((blocks,) + rows)]
-        args = (x, dy, B, C, dt_out.view(rows), dA_cumsum.view(rows), chunk_states, dstates, dB, dC, parts[0])
+        if cfg not in da_inter_blocks:
+            da_inter_blocks[cfg] = dt_out.new_empty((blocks,) + rows)
+        out = da_inter_blocks[cfg]
+        args = (x, dy, B, C, dt_out.view(rows), dA_cumsum.view(rows), chunk_states, dstates, dB, dC, out)
         args += (h // g, g, chunk_size, next_pow2(p), tile_n, x.dtype == torch.float32)
         return (b * g, nchunks, blocks), with_hints(bwd_dbc_kernel, cfg.occupancy, cfg.worker_warps), args
 
-    launch("bwd_dbc", shape_key(x, B, chunk_size), DbcConfig(), dbc_space, spec, x.device)
-    da_inter = parts[0].sum(0) if parts[0].shape[0] > 1 else parts[0][0]
+    cfg = launch("bwd_dbc", shape_key(x, B, chunk_size), DbcConfig(), dbc_space, spec, x.device)
+    out = da_inter_blocks[cfg]
+    da_inter = out.sum(0) if out.shape[0] > 1 else out[0]
     return dB, dC, da_inter.view_as(dt_out)
