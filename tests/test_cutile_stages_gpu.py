@@ -15,12 +15,11 @@ from kernels import reference
 from kernels import reference_backward as ref_bwd
 from kernels.cutile import tuning
 from kernels.cutile.bwd_dbc import bwd_dbc, dbc_space
-from kernels.cutile.bwd_dx import bwd_dx
+from kernels.cutile.bwd_dx import bwd_dx, dx_space
 from kernels.cutile.bwd_pass_state import bwd_pass_state
 from kernels.cutile.chunk_cumsum import chunk_cumsum
 from kernels.cutile.compute_out import compute_out
 from kernels.cutile.fwd_pass_state import fwd_pass_state
-from kernels.cutile.launch import whole_chunk_space
 from kernels.testing import stage_inputs
 from tests.gpu_common import CUTILE, SEEDS, TOL, rel_err
 
@@ -88,7 +87,7 @@ def test_backward_stages_one_group_and_one_head_per_group(g):
         assert rel_err(a, b) < TOL[torch.float32], name
 
 
-TUNED = [("bwd_dbc", cfg) for cfg in dbc_space()] + [("bwd_dx", cfg) for cfg in whole_chunk_space()]
+TUNED = [("bwd_dbc", cfg) for cfg in dbc_space()] + [("bwd_dx", cfg) for cfg in dx_space()]
 
 
 @pytest.mark.parametrize("stage,config", TUNED, ids=lambda v: str(v))

@@ -13,11 +13,13 @@ operand (K, Ĝ) on TF32; everything summed accumulates in fp32.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import cuda.tile as ct
 import torch
 
 from kernels.cutile.chunk_cumsum import LOG2E
-from kernels.cutile.launch import WholeChunkConfig, launch, next_pow2, shape_key, whole_chunk_space, with_hints
+from kernels.cutile.launch import launch, next_pow2, shape_key, with_hints
 
 ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
@@ -97,6 +99,19 @@ def bwd_dx_kernel(
     ct.store(da_intra, index=(bi, hi, k), tile=(term1 + term2).reshape((1, 1, Q)))
 
 
+@dataclass(frozen=True)
+class DxConfig:
+    """Hints of a bwd_dx launch (its program holds a whole chunk): occupancy and worker warps (0: the
+    compiler's choice). The default is the fastest measured at the seed shape (results/tuning_log.md)."""
+
+    occupancy: int = 1
+    worker_warps: int = 0
+
+
+def dx_space() -> list[DxConfig]:
+    return [DxConfig(occ, warps) for occ in (1, 2) for warps in (0, 8)]
+
+
 def bwd_dx(
     x: torch.Tensor,
     dy: torch.Tensor,
@@ -126,10 +141,10 @@ def bwd_dx(
     rows = (b, h, nchunks * chunk_size)
     outs = (dx, ddt_dir.view(rows), da_intra.view(rows), dD_part)
 
-    def spec(cfg: WholeChunkConfig) -> tuple[tuple[int, ...], object, tuple]:
+    def spec(cfg: DxConfig) -> tuple[tuple[int, ...], object, tuple]:
         args = (x, dy, B, C, dt_out.view(rows), dA_cumsum.view(rows), dstates, D32, *outs, h, h // g, chunk_size)
         args += (next_pow2(p), next_pow2(n), D is not None, x.dtype == torch.float32)
         return (b * h, nchunks), with_hints(bwd_dx_kernel, cfg.occupancy, cfg.worker_warps), args
 
-    launch("bwd_dx", shape_key(x, B, chunk_size), WholeChunkConfig(), whole_chunk_space, spec, x.device)
+    launch("bwd_dx", shape_key(x, B, chunk_size), DxConfig(), dx_space, spec, x.device)
     return dx, ddt_dir, da_intra, None if D is None else dD_part.sum((0, 1))

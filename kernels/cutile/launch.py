@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import cuda.tile as ct
@@ -62,16 +61,3 @@ def _with_hints(kernel: Any, occupancy: int, worker_warps: int) -> Any:
     if worker_warps:
         return kernel.replace_hints(occupancy=occupancy, num_worker_warps=worker_warps)
     return kernel.replace_hints(occupancy=occupancy)
-
-
-@dataclass(frozen=True)
-class WholeChunkConfig:
-    """Hints of a launch whose program holds a whole chunk (bwd_dx): occupancy and worker warps (0: the
-    compiler's choice). The default is the fastest measured at the seed shape (results/tuning_log.md)."""
-
-    occupancy: int = 1
-    worker_warps: int = 0
-
-
-def whole_chunk_space() -> list[WholeChunkConfig]:
-    return [WholeChunkConfig(occ, warps) for occ in (1, 2) for warps in (0, 8)]
