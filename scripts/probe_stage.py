@@ -28,6 +28,7 @@ from kernels import reference
 from kernels import reference_backward as ref_bwd
 from kernels.cutile import tuning
 from kernels.testing import stage_inputs
+from lightning_modules.measure.timing import wall_ms
 
 # stage -> (reference function, the names of its arguments in stage_inputs' dict; "chunk" is the chunk size)
 STAGES: dict[str, tuple[Callable, tuple[str, ...]]] = {
@@ -75,15 +76,8 @@ def max_error(fn: Callable, stage: str, dtype: torch.dtype, chunk: int) -> float
 def time_ms(fn: Callable, stage: str, chunk: int, calls: int) -> float:
     t = stage_inputs(torch.bfloat16, chunk, 64, 128, b=4, l=16384, h=8, g=1, seed=0)
     args = arguments(t, STAGES[stage][1], chunk, False)
-    fn(*args)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(calls):
-        fn(*args)
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / calls
+    fn(*args)  # compile and, with --sweep, tune before timing
+    return wall_ms(lambda: fn(*args), calls)
 
 
 def main(argv: list[str] | None = None) -> int:
