@@ -40,7 +40,6 @@ import os
 import socket
 import statistics
 import sys
-import time
 import warnings
 
 import torch
@@ -59,7 +58,7 @@ import kernels
 from kernels.timing import Mark
 from lightning_modules.measure.environment import available_backends, environment, peak_tflops
 from lightning_modules.measure.results import write_json
-from lightning_modules.measure.step import TimedStep
+from lightning_modules.measure.step import TimedStep, alternate, median_split, token_batches, warm_up
 from lightning_modules.measure.timing import gpu_kernel_ms, summarize
 from lightning_modules.model.flops import train_flops_per_token
 from lightning_modules.model.mamba2 import next_token_loss
@@ -72,10 +71,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _median_split(samples: list[dict[str, float]]) -> dict[str, float]:
-    return {k: statistics.median(s[k] for s in samples) for k in samples[0]}
 
 
 def _allreduce_ms(numel: int, device: torch.device, repeats: int) -> dict[str, float]:
@@ -124,26 +119,16 @@ def bench_variant(name: str, label: str, compile_model: bool, args, rank: int, w
         steps["ddp"], steps["no_sync"] = synced, unsynced  # first: a compiled model is traced inside DDP
     steps["single"] = single
     kernels.set_autotune(module.hparams.cutile_autotune if args.autotune is None else args.autotune)
-    gen = torch.Generator().manual_seed(1000 * rank)  # each rank its own batches, as under a DistributedSampler
-    vocab = module.config.vocab_size
-    batches = [torch.randint(0, vocab, (args.batch, args.seqlen + 1), generator=gen).to(device) for _ in range(4)]
-    seen: list[str] = []
+    # each rank its own batches, as under a DistributedSampler
+    batches = token_batches(module.config.vocab_size, args.batch, args.seqlen, 1000 * rank, device)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        warmup = {}
-        for phase, step in steps.items():  # compilation and autotuning happen here, timed apart
-            start = time.perf_counter()
-            for i in range(args.warmup):
-                step(batches[i % len(batches)], timed=False)
-            Mark(device).synchronize()
-            warmup[phase] = time.perf_counter() - start
+        warmup = warm_up(steps, batches, args.warmup, device)  # compilation and autotuning, timed apart
         kernels.ssd_timer.enabled = not compile_model  # compiled graphs carry no SSD marks
-        marks: dict[str, list] = {phase: [] for phase in steps}
-        for i in range(args.steps):
-            for phase, step in steps.items():
-                marks[phase].append(step(batches[i % len(batches)], timed=True))
-        Mark(device).synchronize()
-        kernels.ssd_timer.enabled = False
+        try:
+            _, marks = alternate(steps, batches, args.steps, device)
+        finally:
+            kernels.ssd_timer.enabled = False
         seen = [str(w.message) for w in caught]
     out = {
         "phases": {phase: [m.read() for m in ms] for phase, ms in marks.items()},
@@ -189,7 +174,7 @@ def summarize_variant(name: str, label: str, mode: str, per_rank: list[dict], ar
         "phases": {},
     }
     for phase in per_rank[0]["phases"]:
-        medians = [_median_split(r["phases"][phase]) for r in per_rank]
+        medians = [median_split(r["phases"][phase]) for r in per_rank]
         step_ms = [m["step_ms"] for m in medians]
         gpus = 1 if phase == "single" else world  # single: every rank is its own 1-GPU run
         slowest = statistics.median(step_ms) if phase == "single" else max(step_ms)

@@ -25,20 +25,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 import yaml
 
 import kernels
-from kernels.timing import Mark
 from lightning_modules.language_model import LanguageModel
 from lightning_modules.measure.environment import available_backends, environment, peak_tflops
 from lightning_modules.measure.results import write_json
-from lightning_modules.measure.step import TimedStep
+from lightning_modules.measure.step import TimedStep, alternate, median_split, token_batches, warm_up
 from lightning_modules.measure.timing import gpu_kernel_ms, summarize
 from lightning_modules.model.flops import ssd_flops_per_token, train_flops_per_token
 from lightning_modules.model.mamba2 import Mamba2Config, Mamba2LM, next_token_loss
@@ -98,28 +95,16 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
     first = next(iter(modules.values()))
     cfg = first.config
     kernels.set_autotune(first.hparams.cutile_autotune if args.autotune is None else args.autotune)
-    gen = torch.Generator().manual_seed(0)
-    batches = [torch.randint(0, cfg.vocab_size, (batch, seqlen + 1), generator=gen).to(device) for _ in range(4)]
-    warmup = {}
-    for label, step in steps.items():  # compilation and autotuning happen here, timed apart
-        start = time.perf_counter()
-        for i in range(args.warmup):
-            step(batches[i % len(batches)], timed=False)
-        Mark(torch.device(device)).synchronize()
-        warmup[label] = time.perf_counter() - start
+    batches = token_batches(cfg.vocab_size, batch, seqlen, 0, device)
+    warmup = warm_up(steps, batches, args.warmup, device)  # compilation and autotuning, timed apart
 
     def loop(timed: bool) -> tuple[float, dict[str, list]]:
-        """All variants, alternating step by step (drift hits each alike); ms of the whole loop, marks."""
+        """All variants, alternating step by step; ms of the whole loop, marks."""
         kernels.ssd_timer.enabled = timed and not compile_model  # compiled graphs carry no SSD marks
-        marks: dict[str, list] = {label: [] for label in labels}
-        start = Mark(torch.device(device))
-        for i in range(args.steps):
-            for label in labels:
-                marks[label].append(steps[label](batches[i % len(batches)], timed=timed))
-        end = Mark(torch.device(device))
-        end.synchronize()
-        kernels.ssd_timer.enabled = False
-        return start.ms_until(end), marks
+        try:
+            return alternate(steps, batches, args.steps, device, timed)
+        finally:
+            kernels.ssd_timer.enabled = False
 
     timed_ms, marks = loop(timed=True)
     plain_ms, _ = loop(timed=False)
@@ -128,7 +113,7 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
     records = []
     for label in labels:
         samples = [m.read() for m in marks[label]]
-        med = {k: statistics.median(s[k] for s in samples) for k in samples[0]}
+        med = median_split(samples)
         tok_s = batch * seqlen / (med["step_ms"] / 1e3)
         rec = {
             "size": name,

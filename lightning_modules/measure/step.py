@@ -13,7 +13,10 @@ the marks from trainer hooks, `TimedStep` (the benchmarks) places them around it
 
 from __future__ import annotations
 
+import statistics
+import time
 from collections import deque
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -141,3 +144,44 @@ class TimedStep:
         if marks:
             marks.end()
         return marks
+
+
+Step = Callable[..., "StepMarks | None"]  # a TimedStep, or a wrapper with its call signature
+
+
+def token_batches(vocab_size: int, batch: int, seqlen: int, seed: int, device, count: int = 4) -> list[torch.Tensor]:
+    """`count` batches of random token ids (batch, seqlen + 1), the same for a given seed."""
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab_size, (batch, seqlen + 1), generator=gen).to(device) for _ in range(count)]
+
+
+def warm_up(steps: dict[str, Step], batches: list[torch.Tensor], count: int, device) -> dict[str, float]:
+    """Each step `count` times, untimed (compilation and autotuning happen here): seconds per step name."""
+    seconds = {}
+    for name, step in steps.items():
+        start = time.perf_counter()
+        for i in range(count):
+            step(batches[i % len(batches)], timed=False)
+        Mark(torch.device(device)).synchronize()
+        seconds[name] = time.perf_counter() - start
+    return seconds
+
+
+def alternate(
+    steps: dict[str, Step], batches: list[torch.Tensor], count: int, device, timed: bool = True
+) -> tuple[float, dict[str, list]]:
+    """`count` rounds, each step once per round in turn (drift hits each alike): ms of the whole loop, and
+    each step's marks (StepMarks when `timed`, else None) to read afterwards."""
+    marks: dict[str, list] = {name: [] for name in steps}
+    start = Mark(torch.device(device))
+    for i in range(count):
+        for name, step in steps.items():
+            marks[name].append(step(batches[i % len(batches)], timed=timed))
+    end = Mark(torch.device(device))
+    end.synchronize()
+    return start.ms_until(end), marks
+
+
+def median_split(samples: list[dict[str, float]]) -> dict[str, float]:
+    """The median of each field over steps' read() splits."""
+    return {k: statistics.median(s[k] for s in samples) for k in samples[0]}
