@@ -9,6 +9,7 @@
     throughput/tokens_per_s                     all ranks' tokens over the step time
     perf/mfu            train FLOPs/token (lightning_modules.model.flops) x tokens/s over the GPUs' bf16 peak
     memory/peak_gib     peak allocated CUDA memory in the step (max over ranks)
+    memory/reserved_gib peak memory the allocator held in the step, CUDA graphs' pools included (this rank)
     time/step_ms_max, time/step_ms_rank{r}      per-rank step times gathered, so a slow rank shows
 
 The split is lightning_modules.measure.step.StepMarks. Its marks are read `lag` steps late (default
@@ -138,11 +139,10 @@ class StepTimer(Callback):
     # -- records: read late, gathered in batches, logged with their own step -----------------------
     def _record(self, trainer, pl_module, ready: list, final: bool = False) -> None:
         for info, split in ready:
-            record = {f"time/{k}": v for k, v in split.items() if k != "peak_gib"}
+            record = {f"time/{k}": v for k, v in split.items() if not k.endswith("_gib")}
             record["time/timer_host_ms"] = info["host_s"] * 1e3
             record["throughput/tokens_per_s"] = info["tokens"] / (split["step_ms"] / 1e3)
-            if "peak_gib" in split:
-                record["memory/peak_gib"] = split["peak_gib"]
+            record |= {f"memory/{k}": v for k, v in split.items() if k.endswith("_gib")}
             if self.peak:
                 achieved = self.flops_per_token * record["throughput/tokens_per_s"]
                 record["perf/mfu"] = achieved / (self.peak * 1e12 * trainer.world_size)

@@ -153,7 +153,8 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
             f"(fwd {med['forward_ms']:.2f} bwd {med['backward_ms']:.2f} opt {med['optimizer_ms']:.2f}; "
             f"ssd in-step {med['ssd_forward_ms'] + med['ssd_backward_ms']:.2f}, by subtraction "
             f"{rec.get('ssd_ms_by_subtraction', float('nan')):.2f}) {rec['tokens_per_s']:,.0f} tok/s "
-            f"mfu {rec['mfu'] or 0:.3f} peak {med.get('peak_gib', 0):.1f} GiB warm-up {rec['warmup_s']:.1f} s "
+            f"mfu {rec['mfu'] or 0:.3f} peak {med.get('peak_gib', 0):.1f} GiB "
+            f"(reserved {med.get('reserved_gib', 0):.1f}) warm-up {rec['warmup_s']:.1f} s "
             f"timer cost {rec['timer_cost']:+.1%}",
             flush=True,
         )

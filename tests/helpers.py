@@ -57,12 +57,13 @@ def tiny_args(root: Path, corpus: Path, *extra: str) -> list[str]:
     ]
 
 
-def gpu_model_args(backend: str, backward: str, compile_model: bool) -> list[str]:
+def gpu_model_args(backend: str, backward: str, compile_model: bool, compile_mode: str | None = None) -> list[str]:
     """train.py arguments for the small model the GPU training tests run (kernel-sized dims, 256 tokens)."""
     return [
         f"--model.config.ssd_backend={backend}",
         f"--model.config.ssd_backward={backward}",
         f"--model.compile={str(compile_model).lower()}",
+        *([f"--model.compile_mode={compile_mode}"] if compile_mode else []),
         "--model.config.d_model=128",
         "--model.config.headdim=64",
         "--model.config.d_state=64",

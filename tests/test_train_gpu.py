@@ -19,13 +19,16 @@ pytestmark = [
 LOSS_TOL = 0.05
 
 
-def _losses(tmp_path, corpus, backend: str, backward: str = "reference", compile_model: bool = False):
-    root = tmp_path / f"{backend}-{backward}-{'compiled' if compile_model else 'eager'}"
+def _losses(tmp_path, corpus, backend: str, backward: str = "reference", compile_mode: str | None = None):
+    """train/loss per step of a short run; compile_mode None: eager, "default" or a torch.compile mode: compiled."""
+    root = tmp_path / f"{backend}-{backward}-{compile_mode or 'eager'}"
     train.main(
         tiny_args(
             root,
             corpus,
-            *gpu_model_args(backend, backward, compile_model),
+            *gpu_model_args(
+                backend, backward, compile_mode is not None, None if compile_mode == "default" else compile_mode
+            ),
             "--trainer.max_steps=60",
             "--trainer.val_check_interval=30",
             "--logging.wandb=false",
@@ -45,22 +48,24 @@ def reference_curve(tmp_path_factory, corpus):
 
 
 @pytest.mark.parametrize(
-    "backend,backward,compile_model",
+    "backend,backward,compile_mode",
     [
-        ("cutile", "reference", False),
-        ("cutile", "cutile", False),
-        ("triton", "reference", False),
-        ("torch", "reference", True),
-        ("cutile", "reference", True),
-        ("cutile", "cutile", True),
-        ("triton", "reference", True),
+        ("cutile", "reference", None),
+        ("cutile", "cutile", None),
+        ("triton", "reference", None),
+        ("torch", "reference", "default"),
+        ("cutile", "reference", "default"),
+        ("cutile", "cutile", "default"),
+        ("triton", "reference", "default"),
+        ("cutile", "cutile", "reduce-overhead"),  # CUDA graphs
+        ("triton", "reference", "reduce-overhead"),
     ],
 )
-def test_variant_tracks_torch_loss_curve(tmp_path, corpus, reference_curve, backend, backward, compile_model):
+def test_variant_tracks_torch_loss_curve(tmp_path, corpus, reference_curve, backend, backward, compile_mode):
     reason = kernels.unavailable_reason(backend, "cuda")
     if reason is not None:
         pytest.skip(reason)
-    got = _losses(tmp_path, corpus, backend, backward, compile_model)
+    got = _losses(tmp_path, corpus, backend, backward, compile_mode)
     ref = reference_curve
     assert sorted(got) == sorted(ref) and len(ref) >= 50
     diffs = [abs(got[s] - ref[s]) for s in ref]

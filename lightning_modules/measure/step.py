@@ -4,8 +4,8 @@
     step_ms = forward_ms + backward_ms + optimizer_ms;  ssd_forward_ms, ssd_backward_ms inside them
 
 A `StepMarks` records a mark (kernels.timing.Mark: a CUDA event, or the host clock on a CPU) at each
-boundary, takes the SSD's own marks (kernels.ssd_timer) and the peak memory (a host-side counter)
-when the step ends, and is read later: `read()` waits for that step's last event only, so when it is
+boundary, takes the SSD's own marks (kernels.ssd_timer) and the peak memory (host-side counters:
+allocated, and reserved, which includes the private pools of CUDA graphs) when the step ends, and is read later: `read()` waits for that step's last event only, so when it is
 called one step late the GPU still has the newer step queued and never idles for the measurement.
 `StepMarks` is the one implementation of the split: the Lightning callback (step_timer.py) places
 the marks from trainer hooks, `TimedStep` (the benchmarks) places them around its own code.
@@ -35,6 +35,7 @@ class StepMarks:
         self.marks: dict[str, Mark] = {}
         self.ssd = SSDTimer()
         self.peak_gib: float | None = None
+        self.reserved_gib: float | None = None
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         kernels.ssd_timer.reset()
@@ -53,6 +54,7 @@ class StepMarks:
         kernels.ssd_timer.reset()
         if self.device.type == "cuda":
             self.peak_gib = torch.cuda.max_memory_allocated(self.device) / 2**30
+            self.reserved_gib = torch.cuda.max_memory_reserved(self.device) / 2**30
 
     @property
     def complete(self) -> bool:
@@ -60,7 +62,11 @@ class StepMarks:
         return all(b in self.marks for b in BOUNDARIES)
 
     def read(self) -> dict[str, float]:
-        """{step_ms, forward_ms, backward_ms, optimizer_ms, ssd_forward_ms, ssd_backward_ms[, peak_gib]}.
+        """{step_ms, forward_ms, backward_ms, optimizer_ms, ssd_forward_ms, ssd_backward_ms[, peak_gib, reserved_gib]}.
+
+        peak_gib: the most memory tensors held during the step. A CUDA-graph replay allocates nothing (its
+        tensors live in the graph's private pool, recorded in warm-up), so under CUDA graphs only
+        reserved_gib, the most memory the allocator held, pool included, bounds the step's memory.
 
         Waits until the GPU has passed this step's end mark (not for work queued after it).
         """
@@ -79,6 +85,7 @@ class StepMarks:
         }
         if self.peak_gib is not None:
             out["peak_gib"] = self.peak_gib
+            out["reserved_gib"] = self.reserved_gib
         return out
 
 
