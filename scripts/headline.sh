@@ -7,9 +7,10 @@
 #   scripts/headline.sh report        # render what results/ holds (no GPU needed)
 #
 # Backends alternate within each process; cuTile and Triton are both tuned and warmed before timing. Each
-# process prints its wall time. Estimated from the warm-up times the benchmarks record (not yet timed as a
-# whole): kernels about 2.5 min per process (mostly Triton's autotuning), step about 4 min per process (one
-# compilation per variant), so run `step` one process at a time where a command may take at most 10 minutes. RESULTS (default results/)
+# process prints its wall time. On one H200 (2026-11-30) `kernels` took 322 s for all three processes (245 s
+# for the first, which compiles and tunes; about 40 s for the others, on the caches it leaves); a quick
+# compiled step run of four variants took 516 s, so run `step` one process at a time where a command may
+# take at most 10 minutes. RESULTS (default results/)
 # says where the JSON goes, OUT (default the repository) where BENCHMARKS.md and README.md are.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,7 +1,7 @@
 """Render the benchmark JSON into BENCHMARKS.md, PNG plots, reconciliation.json and README's headline.
 
     python scripts/report.py                                   # results/*.json -> BENCHMARKS.md, README.md
-    python scripts/report.py --results DIR --out DIR --kernels NAME --step NAME [--scaling NAME]
+    python scripts/report.py --results DIR --out DIR --kernels NAME --step NAME[,NAME...] [--scaling NAME]
 
 A benchmark is a series of runs, DIR/NAME.json and DIR/NAME_run<N>.json, each written by one process of
 scripts/bench_kernels.py, scripts/bench_step.py or scripts/bench_scaling.py with the same settings (the
@@ -51,6 +51,7 @@ STEP_COLUMNS = {  # record["median"] field -> column
     "ssd_forward_ms": "SSD fwd",
     "ssd_backward_ms": "SSD bwd",
     "peak_gib": "peak GiB",
+    "reserved_gib": "reserved GiB",
 }
 
 
@@ -271,7 +272,12 @@ def kernel_section(runs: list[dict], kpool: Pool, base: str) -> str:
 
 
 def step_key(rec: dict) -> tuple:
-    return (rec["size"], rec["seqlen"], rec["batch"], rec["mode"])
+    return (rec["size"], rec["seqlen"], rec["batch"], step_mode(rec))
+
+
+def step_mode(rec: dict) -> str:
+    """eager, compile, or compile with its torch.compile mode (compile reduce-overhead: CUDA graphs)."""
+    return " ".join([rec["mode"], *([rec["compile_mode"]] if rec.get("compile_mode") else [])])
 
 
 def step_figures(rec: dict, base: dict | None, run: dict) -> dict[str, float | None]:
@@ -297,7 +303,9 @@ def model_text(size: str, figures: dict[str, Stat | None]) -> str:
     return f"{size} ({params.median / 1e6:.0f}M parameters)" if params else size
 
 
-def step_section(runs: list[dict], spool: Pool, base: str) -> str:
+def step_section(series: list[list[dict]], spool: Pool, base: str) -> str:
+    """The step table of every step series (one per benchmark setting, e.g. compile mode), captioned per series."""
+    runs = [r for s in series for r in s]
     header = ["model", "L", "batch", "mode", "backend", *STEP_COLUMNS.values(), f"step: over {base}"]
     header += ["tokens/s", "MFU", "warm-up s"]
     rows = []
@@ -324,7 +332,7 @@ def step_section(runs: list[dict], spool: Pool, base: str) -> str:
     lines = [
         "## The training step (scripts/bench_step.py)",
         "",
-        *captions(runs),
+        *[line for s in series for line in captions(s)],
         "Model config of every row: " + ", ".join(f"{k} {v}" for k, v in fixed.items()) + ".",
         *([f"Per size: {sizes}."] if per_size else []),
         f"Medians over the timed steps of each run; *SSD fwd/bwd*: time inside `kernels.ssd` within the step "
@@ -461,8 +469,7 @@ def isolated_key(kpool: Pool, rec: dict, mode: str) -> tuple | None:
 def reconcile_figures(kpool: Pool) -> Callable[[dict, dict | None, dict], dict]:
     def figures(rec: dict, base: dict | None, run: dict) -> dict[str, float | None]:
         b, x = (base or {}).get("median", {}), rec["median"]
-        b_ssd = b.get("ssd_forward_ms", 0) + b.get("ssd_backward_ms", 0)
-        x_ssd = x.get("ssd_forward_ms", 0) + x.get("ssd_backward_ms", 0)
+        b_ssd, x_ssd = ssd_ms(base or {}), ssd_ms(rec)
         if base is None or base is rec or not ratio(b_ssd, x_ssd):
             return {"measured": None}
         k_iso = {}
@@ -470,7 +477,7 @@ def reconcile_figures(kpool: Pool) -> Callable[[dict, dict | None, dict], dict]:
             key = isolated_key(kpool, rec, mode)
             stat = kpool[key].get(label(rec), {}).get("wall_over_base") if key else None
             k_iso[mode] = stat.median if stat else None
-        s, s_fwd = b_ssd / b["step_ms"], b["ssd_forward_ms"] / b["step_ms"]
+        s, s_fwd = b_ssd / b["step_ms"], (b["ssd_forward_ms"] / b["step_ms"]) or None
         k_in, k_in_fwd = b_ssd / x_ssd, ratio(b["ssd_forward_ms"], x["ssd_forward_ms"])
         measured = b["step_ms"] / x["step_ms"]
         predicted_iso = amdahl(s, k_iso["fwd_bwd"]) if k_iso["fwd_bwd"] else None
@@ -485,12 +492,23 @@ def reconcile_figures(kpool: Pool) -> Callable[[dict, dict | None, dict], dict]:
             "ssd_fwd_share_base": s_fwd,
             "k_isolated_fwd": k_iso["fwd"],
             "k_in_step_fwd": k_in_fwd,
-            "forward_only_prediction": amdahl(s_fwd, k_in_fwd) if k_in_fwd else None,
+            "forward_only_prediction": amdahl(s_fwd, k_in_fwd) if k_in_fwd and s_fwd else None,
             "non_ssd_ms": x["step_ms"] - x_ssd,
             "non_ssd_ms_base": b["step_ms"] - b_ssd,
+            "ssd_by_subtraction": float(not has_ssd_marks(rec)),
         }
 
     return figures
+
+
+def has_ssd_marks(rec: dict) -> bool:
+    return bool(rec.get("median", {}).get("ssd_forward_ms"))
+
+
+def ssd_ms(rec: dict) -> float | None:
+    """The SSD's time in a step: its own marks (eager), else the step minus the stand-in step (compiled)."""
+    m = rec.get("median", {})
+    return m["ssd_forward_ms"] + m["ssd_backward_ms"] if has_ssd_marks(rec) else rec.get("ssd_ms_by_subtraction")
 
 
 def reconcile(step_runs: list[dict], spool: Pool, kpool: Pool, base: str) -> list[dict]:
@@ -506,18 +524,24 @@ def reconcile(step_runs: list[dict], spool: Pool, kpool: Pool, base: str) -> lis
     return rows
 
 
+def ssd_source(row: dict) -> str:
+    flag = row["ssd_by_subtraction"]
+    return "stand-in" if flag and flag["median"] else "marks"
+
+
 def reconcile_section(rec: list[dict], base: str, kpool: Pool) -> str:
     def c(row: dict, k: str, fmt: Callable[[float], str] = num) -> str:
         return cell(Stat(**row[k]) if row[k] else None, fmt)
 
     rows = [
-        [r["model"], str(r["seqlen"]), str(r["batch"]), r["mode"], r["backend"], c(r, "ssd_share_base", pct)]
+        [r["model"], str(r["seqlen"]), str(r["batch"]), r["mode"], r["backend"], ssd_source(r)]
+        + [c(r, "ssd_share_base", pct)]
         + [c(r, k) for k in ("k_isolated_fwd_bwd", "predicted_from_isolated", "k_in_step", "predicted_from_in_step")]
         + [c(r, "measured"), c(r, "measured_vs_isolated", "{:+.0%}".format), c(r, "ssd_fwd_share_base", pct)]
         + [c(r, "k_in_step_fwd"), c(r, "forward_only_prediction")]
         for r in rec
     ]
-    header = ["model", "L", "batch", "mode", "backend", f"SSD share ({base} step)", "k isolated fwd+bwd"]
+    header = ["model", "L", "batch", "mode", "backend", "SSD time", f"SSD share ({base} step)", "k isolated fwd+bwd"]
     header += ["predicted", "k in step", "predicted", "measured", "measured vs isolated prediction"]
     header += ["SSD fwd share", "k fwd in step", "step speedup if only the forward changed"]
     lengths = ", ".join(map(str, sorted({dict(k[1]).get("seqlen") for k in kpool} - {None})))
@@ -537,6 +561,9 @@ def reconcile_section(rec: list[dict], base: str, kpool: Pool) -> str:
             f"Speedups are the backend's over {base} (above 1: faster). s is the SSD's share of the {base} step; "
             "*k isolated* is the wall-clock ratio from the SSD-alone benchmark at the same L and SSD dimensions, "
             "*k in step* the ratio of the SSD's own time inside the step; predicted = 1 / ((1 - s) + s / k). "
+            "*SSD time*: *marks*, the SSD's own CUDA events (eager steps); *stand-in*, the step's time minus the "
+            "stand-in step's (compiled graphs carry no marks), which leaves out the forward-only columns and makes "
+            "the in-step prediction equal the measured speedup by construction. "
             f"The last column is the step speedup had only the SSD forward changed (the backend's forward, "
             f"{base}'s backward)." + blank_text,
             "",
@@ -571,14 +598,30 @@ def runs_text(runs: list[dict]) -> str:
     return f"{len(runs)} run" + "s" * (len(runs) > 1)
 
 
+def step_runs(by: dict[str, dict[str, Stat | None]]) -> int:
+    """How many runs measured a step row (the most of its backends)."""
+    return max((f["step_ms"].n for f in by.values() if f.get("step_ms")), default=0)
+
+
 def headline(
-    kpool: Pool, spool: Pool, krun: list[dict], srun: list[dict], base: str, gpu: str, scpool: Pool, scrun: list[dict]
+    kpool: Pool,
+    spool: Pool,
+    krun: list[dict],
+    sseries: list[list[dict]],
+    base: str,
+    gpu: str,
+    scpool: Pool,
+    scrun: list[dict],
 ) -> str:
     """Every other backend over the baseline at the largest kernel shape and at every step shape, and every
     backend's scaling efficiency, from the benchmarks measured in at least HEADLINE_RUNS processes; the others
-    are named, not shown. `scrun` is empty when there is no scaling series."""
-    shown_runs = [runs for runs in (krun, srun) if len(runs) >= HEADLINE_RUNS]
-    names = [n for n in ordered(n for runs in shown_runs for n in record_labels(runs)) if n != base]
+    are named, not shown. `sseries`: the step series; `scrun` is empty when there is no scaling series."""
+    step_keys = [k for k, by in spool.items() if step_runs(by) >= HEADLINE_RUNS]
+    shown_labels = [
+        *(record_labels(krun) if len(krun) >= HEADLINE_RUNS else []),
+        *(n for k in step_keys for n in spool[k]),
+    ]
+    names = [n for n in ordered(shown_labels) if n != base]
     rows = []
     if len(krun) >= HEADLINE_RUNS:
         largest = max((dict(k[1]) for k in kpool), key=lambda s: math.prod(v for v in s.values() if isinstance(v, int)))
@@ -590,16 +633,23 @@ def headline(
                 for clock, fig in (("wall clock", "wall_over_base"), ("GPU kernel time", "gpu_over_base")):
                     cells = [cell(kpool[key].get(n, {}).get(fig), times) for n in names]
                     rows.append([f"{what}, {clock}", *cells, runs_text(krun)])
-    if len(srun) >= HEADLINE_RUNS:
-        for (size, seqlen, batch, mode), by in spool.items():
-            cells = [cell(by.get(n, {}).get("over_base"), times) for n in names]
-            what = f"training step, {model_text(size, by)}, L {seqlen}, batch {batch}, {mode}"
-            rows.append([what, *cells, runs_text(srun)])
+    for key in step_keys:
+        (size, seqlen, batch, mode), by = key, spool[key]
+        cells = [cell(by.get(n, {}).get("over_base"), times) for n in names]
+        what = f"training step, {model_text(size, by)}, L {seqlen}, batch {batch}, {mode}"
+        rows.append([what, *cells, f"{step_runs(by)} runs"])
     gpus = " / ".join(str(w) for w in ordered(k[4] for k in scpool))
     missing = [
         f"Not in the headline, measured in {runs_text(runs)} ({HEADLINE_RUNS} needed): {what}, "
         f"{', '.join(r['file'].name for r in runs)}; its figures are in BENCHMARKS.md."
-        for what, runs in (("the SSD alone", krun), ("the training step", srun), (f"scaling to {gpus} GPUs", scrun))
+        for what, runs in (
+            ("the SSD alone", krun),
+            *(
+                (f"the training step ({', '.join(sorted({step_mode(r) for run in s for r in run['records']}))})", s)
+                for s in sseries
+            ),
+            (f"scaling to {gpus} GPUs", scrun),
+        )
         if runs and len(runs) < HEADLINE_RUNS
     ]
     parts = []
@@ -770,7 +820,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, default=ROOT / "results", help="the JSON; plots are written here")
     ap.add_argument("--out", type=Path, default=ROOT, help="BENCHMARKS.md goes here; README.md here is refreshed")
     ap.add_argument("--kernels", default="kernels_h200", help="series NAME: NAME.json and NAME_run<N>.json")
-    ap.add_argument("--step", default="step_h200", help="series NAME: NAME.json and NAME_run<N>.json")
+    ap.add_argument(
+        "--step",
+        default="step_h200",
+        help="series NAME: NAME.json and NAME_run<N>.json; several, comma-separated (e.g. one per compile mode)",
+    )
     ap.add_argument(
         "--scaling",
         default=None,
@@ -780,7 +834,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     krun = load_series(args.results, args.kernels, "bench_kernels")
-    srun = load_series(args.results, args.step, "bench_step")
+    sseries = [load_series(args.results, name, "bench_step") for name in args.step.split(",")]
+    srun = [r for runs in sseries for r in runs]
     scaling = args.scaling or (SCALING_DEFAULT if series_files(args.results, SCALING_DEFAULT) else None)
     scrun = load_series(args.results, scaling, "bench_scaling") if scaling else []
     base = args.baseline
@@ -798,7 +853,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out / "BENCHMARKS.md"
     sources = ", ".join(f"{relative(r['file'], args.out)}" for r in [*krun, *srun, *scrun])
     notes = args.results / "notes.md"
-    head = headline(kpool, spool, krun, srun, base, gpu, scpool, scrun)
+    head = headline(kpool, spool, krun, sseries, base, gpu, scpool, scrun)
     command = f"python scripts/report.py --kernels {args.kernels} --step {args.step}"
     command += (f" --scaling {scaling}" if scaling else "") + (f" --baseline {base}" if base != "triton" else "")
     parts = [
@@ -817,7 +872,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         kernel_section(krun, kpool, base),
         "",
-        step_section(srun, spool, base),
+        step_section(sseries, spool, base),
         "",
         reconcile_section(rec, base, kpool),
         *(["", scaling_section(scrun, scpool)] if scrun else []),
