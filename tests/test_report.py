@@ -277,3 +277,54 @@ def test_headline_script_renders_its_own_series(tmp_path):
     assert f"{ratios[1]:.2f}x [{ratios[0]:.2f}x–{ratios[2]:.2f}x]" in (tmp_path / "README.md").read_text()
     bad = subprocess.run(["bash", "scripts/headline.sh", "kernels", "4"], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "1, 2 or 3" in bad.stderr
+
+
+def compiled_step_run(triton_ms: float, compile_mode: str | None) -> dict:
+    """One bench_step process of compiled steps: no SSD marks, each SSD's time by the stand-in subtraction."""
+    rest = 60.0
+    records = [
+        step_record("standin", "compile", rest, 0.0, 0.0, compile_mode=compile_mode),
+        step_record("triton", "compile", triton_ms, 0.0, 0.0, compile_mode=compile_mode),
+        step_record("cutile", "compile", 80.0, 0.0, 0.0, backward="cutile", compile_mode=compile_mode),
+    ]
+    for rec in records[1:]:
+        rec["ssd_ms_by_subtraction"] = rec["median"]["step_ms"] - rest
+    settings = {"out": "c", "modes": "compile", "compile_mode": compile_mode}
+    return {"kind": "bench_step", "environment": {"gpu": GPU}, "settings": settings, "records": records}
+
+
+def test_report_renders_step_series_per_compile_mode_and_compiled_amdahl_by_subtraction(tmp_path):
+    write(tmp_path / "kernels_t.json", kernel_run({"cutilereference": 0.5, "triton": 1.0, "cutilecutile": 0.25}))
+    triton_ms = (120.0, 100.0, 110.0)
+    for i, t in enumerate(triton_ms, 1):
+        write(tmp_path / f"step_c_run{i}.json", compiled_step_run(t, None))
+    write(tmp_path / "step_g.json", compiled_step_run(70.0, "reduce-overhead"))
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- headline:start -->\n<!-- headline:end -->\n")
+
+    done = run_report(tmp_path, tmp_path, "--kernels", "kernels_t", "--step", "step_c,step_g")
+    assert done.returncode == 0, done.stderr
+    text, head = (tmp_path / "BENCHMARKS.md").read_text(), readme.read_text()
+
+    # One row per compile mode; each series captioned with its own runs.
+    step_table = text.split("## The training step")[1].split("## Isolated speedup")[0]
+    assert "| compile | triton |" in step_table and "| compile reduce-overhead | triton |" in step_table
+    assert "3 runs: step_c_run1.json, step_c_run2.json, step_c_run3.json." in step_table
+    assert "1 run, a single process (a headline needs 3): step_g.json." in step_table
+    # The headline shows the series measured three times and names the other.
+    ratios = [t / 80.0 for t in triton_ms]
+    pooled = f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}x–{max(ratios):.2f}x]"
+    assert "| training step, mini (7M parameters), L 1024, batch 2, compile | " in head and pooled in head
+    assert "reduce-overhead |" not in head and "the training step (compile reduce-overhead), step_g.json" in head
+
+    # Amdahl of compiled steps: the SSD's time is the step minus the stand-in's.
+    rows = json.loads((tmp_path / "reconciliation.json").read_text())
+    assert {(r["mode"], r["backend"]) for r in rows} == {
+        ("compile", "cutile + cutile backward"),
+        ("compile reduce-overhead", "cutile + cutile backward"),
+    }
+    (row,) = [r for r in rows if r["mode"] == "compile"]
+    k_in = [(t - 60.0) / (80.0 - 60.0) for t in triton_ms]
+    assert row["k_in_step"]["median"] == pytest.approx(statistics.median(k_in))
+    assert row["ssd_by_subtraction"]["median"] == 1.0 and row["forward_only_prediction"] is None
+    assert "| stand-in |" in text.split("## Isolated speedup")[1]
