@@ -1,14 +1,16 @@
 """Probe one cuTile stage: the production kernel and variant files of it, each checked against its reference
-stage in float64, then timed side by side at the seed shape. For tuning: copy kernels/cutile/<stage>.py
+stage in float64, then timed side by side at the seed shape (or the 130M layout's training-step shape,
+--shape step). For tuning: copy kernels/cutile/<stage>.py
 somewhere, change it, and probe both in one run (results/tuning_log.md keeps what was tried).
 
     python scripts/probe_stage.py bwd_dx                                 # the production kernel alone
     python scripts/probe_stage.py bwd_dbc /tmp/bwd_dbc_v2.py --chunks 64,128 --calls 20
     python scripts/probe_stage.py bwd_dbc --chunks 64 --sweep            # every configuration of its tune space
+    python scripts/probe_stage.py bwd_dbc --chunks 64 --shape step       # one layer's SSD in the 130M-layout step
 
 With --sweep each file's stage is tuned (a temporary tuning cache) and the time of every configuration of
 its tune space at the seed shape is printed; the float64 check then covers the configuration tuning chose
-at the check's own shape, and the timed row the one it chose at the seed shape.
+at the check's own shape, and the timed row the one it chose at the timed shape.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ STAGES: dict[str, tuple[Callable, tuple[str, ...]]] = {
     "bwd_dx": (ref_bwd.bwd_dx, ("x", "dy", "B", "C", "dt_out", "dA_cumsum", "dstates", "D")),
     "bwd_dbc": (ref_bwd.bwd_dbc, ("x", "dy", "B", "C", "dt_out", "dA_cumsum", "chunk_states", "dstates")),
 }
+# timed shapes (bf16 inputs, head dim 64, state 128, one group): the seed article's, and one layer of the
+# 130M layout's training step (configs/medium.yaml: d_model 768, expand 2 -> 24 heads; L 2048, batch 8)
+SHAPES = {"seed": {"b": 4, "l": 16384, "h": 8}, "step": {"b": 8, "l": 2048, "h": 24}}
 UPSTREAM = {"dt_out", "dA_cumsum", "chunk_states", "dstates", "D", "initial_states", "dfinal", "A", "dt_bias"}
 
 
@@ -73,8 +78,8 @@ def max_error(fn: Callable, stage: str, dtype: torch.dtype, chunk: int) -> float
     return max(((a.double() - b).norm() / b.norm()).item() for a, b in pairs if b is not None)
 
 
-def time_ms(fn: Callable, stage: str, chunk: int, calls: int) -> float:
-    t = stage_inputs(torch.bfloat16, chunk, 64, 128, b=4, l=16384, h=8, g=1, seed=0)
+def time_ms(fn: Callable, stage: str, chunk: int, calls: int, shape: str = "seed") -> float:
+    t = stage_inputs(torch.bfloat16, chunk, 64, 128, **SHAPES[shape], g=1, seed=0)
     args = arguments(t, STAGES[stage][1], chunk, False)
     fn(*args)  # compile and, with --sweep, tune before timing
     return wall_ms(lambda: fn(*args), calls)
@@ -87,11 +92,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunks", default="64,128")
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--sweep", action="store_true", help="tune, printing every configuration's time")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="seed", help="the timed shape")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("probe_stage needs a CUDA GPU", file=sys.stderr)
         return 2
-    print(f"kernels.cutile.{args.stage}, seed shape b 4 l 16384 h 8 p 64 g 1 n 128 bf16", flush=True)
+    dims = " ".join(f"{k} {v}" for k, v in SHAPES[args.shape].items())
+    print(f"kernels.cutile.{args.stage}, {args.shape} shape {dims} p 64 g 1 n 128 bf16", flush=True)
     scratch = Path(tempfile.mkdtemp(prefix="probe_stage_"))
     if args.sweep:
         logging.basicConfig(format="%(message)s")
@@ -104,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         tuning.set_cache_path(scratch / f"tuning{i}.json")
         for chunk in (int(c) for c in args.chunks.split(",")):
             e16, e32 = (max_error(fn, args.stage, d, chunk) for d in (torch.bfloat16, torch.float32))
-            ms = time_ms(fn, args.stage, chunk, args.calls)
+            ms = time_ms(fn, args.stage, chunk, args.calls, args.shape)
             print(f"{path or 'production':28s} chunk {chunk:3d}  {ms:8.3f} ms  rel err bf16 {e16:.1e} fp32 {e32:.1e}")
     return 0
 
