@@ -7,7 +7,7 @@ import torch
 
 import kernels
 import train
-from tests.helpers import gpu_model_args, read_metrics, series, tiny_args, write_corpus
+from tests.helpers import gpu_model_args, read_metrics, run_script, series, tiny_args, write_corpus
 
 pytestmark = [
     pytest.mark.gpu,
@@ -71,3 +71,19 @@ def test_variant_tracks_torch_loss_curve(tmp_path, corpus, reference_curve, back
     diffs = [abs(got[s] - ref[s]) for s in ref]
     assert max(diffs) < LOSS_TOL, f"max |loss difference| {max(diffs):.4f}"
     assert got[max(got)] < got[min(got)] - 1.0  # and it learns
+
+
+@pytest.mark.parametrize("backend,backward", [("cutile", "cutile"), ("triton", "reference")])
+def test_cuda_graph_training_process_exits_cleanly(tmp_path, corpus, backend, backward):
+    """train.py under CUDA graphs (compile reduce-overhead) in a process of its own: it trains, leaves its last
+    checkpoint and exits with 0 (a pytest process that had trained the cuTile backward this way once ended with
+    a segmentation fault at interpreter exit)."""
+    reason = kernels.unavailable_reason(backend, "cuda")
+    if reason is not None:
+        pytest.skip(reason)
+    model = gpu_model_args(backend, backward, True, "reduce-overhead")
+    done = run_script(
+        "train.py", *tiny_args(tmp_path, corpus, *model, "--trainer.max_steps=20", "--logging.wandb=false")
+    )
+    assert done.returncode == 0, f"exit code {done.returncode}: {done.stderr[-3000:]}"
+    assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
