@@ -9,8 +9,9 @@ somewhere, change it, and probe both in one run (results/tuning_log.md keeps wha
     python scripts/probe_stage.py bwd_dbc --chunks 64 --shape step       # one layer's SSD in the 130M-layout step
 
 With --sweep each file's stage is tuned (a temporary tuning cache) and the time of every configuration of
-its tune space at the seed shape is printed; the float64 check then covers the configuration tuning chose
-at the check's own shape, and the timed row the one it chose at the timed shape.
+its tune space at the timed shape is printed. Each row's float64 check runs the configuration that row
+timed (without --sweep the file's default), forced at the check's shape: b 2, 16 heads in 2 groups (so
+that splits of a group's heads divide), l 2·chunk + 37 (a short last chunk).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def arguments(t: dict, names: tuple[str, ...], chunk: int, exact: bool) -> list:
 
 def max_error(fn: Callable, stage: str, dtype: torch.dtype, chunk: int) -> float:
     ref, names = STAGES[stage]
-    t = stage_inputs(dtype, chunk, 64, 128, seed=chunk)
+    t = stage_inputs(dtype, chunk, 64, 128, h=16, g=2, seed=chunk)
     got, want = fn(*arguments(t, names, chunk, False)), ref(*arguments(t, names, chunk, True))
     pairs = zip(got, want) if isinstance(want, tuple) else [(got, want)]
     return max(((a.double() - b).norm() / b.norm()).item() for a, b in pairs if b is not None)
@@ -110,9 +111,15 @@ def main(argv: list[str] | None = None) -> int:
         # reused), or with --sweep is tuned afresh.
         tuning.set_cache_path(scratch / f"tuning{i}.json")
         for chunk in (int(c) for c in args.chunks.split(",")):
-            e16, e32 = (max_error(fn, args.stage, d, chunk) for d in (torch.bfloat16, torch.float32))
-            ms = time_ms(fn, args.stage, chunk, args.calls, args.shape)
-            print(f"{path or 'production':28s} chunk {chunk:3d}  {ms:8.3f} ms  rel err bf16 {e16:.1e} fp32 {e32:.1e}")
+            with tuning.forced(args.stage) as launched:
+                ms = time_ms(fn, args.stage, chunk, args.calls, args.shape)
+            with tuning.forced(args.stage, launched[-1]):
+                e16, e32 = (max_error(fn, args.stage, d, chunk) for d in (torch.bfloat16, torch.float32))
+            print(
+                f"{path or 'production':28s} chunk {chunk:3d}  {ms:8.3f} ms  rel err bf16 {e16:.1e} fp32 {e32:.1e}  "
+                f"{launched[-1]}",
+                flush=True,
+            )
     return 0
 
 

@@ -140,6 +140,30 @@ def test_tuning_choice_is_decided_once_per_shape(tmp_path, monkeypatch):
         tuning.set_cache_path(None)
 
 
+def test_a_forced_configuration_replaces_tuning_for_its_stage_only(tmp_path, monkeypatch):
+    """tuning.forced pins one stage's configuration within its block, records what each launch of that stage
+    ran, leaves other stages to tuning, and restores tuning's choice after the block."""
+    from kernels.cutile import tuning
+    from kernels.cutile.bwd_dx import DxConfig
+    from kernels.cutile.compute_out import OutConfig
+
+    monkeypatch.setattr(tuning, "_gpu_key", lambda device: "TestGPU|cuda-tile-x")
+    tuning.set_cache_path(tmp_path / "tuning.json")
+    never = lambda: pytest.fail("no search when tuning is off")
+    pinned = OutConfig(TILE_T=32)
+    try:
+        with tuning.forced("compute_out", pinned) as launched:
+            assert tuning.choose("compute_out", "s1", OutConfig(), never, "cuda:0", None) == pinned
+            assert tuning.choose("bwd_dx", "s1", DxConfig(), never, "cuda:0", None) == DxConfig()
+            with tuning.forced("compute_out") as inner:  # None: record what tuning chooses
+                assert tuning.choose("compute_out", "s2", OutConfig(), never, "cuda:0", None) == OutConfig()
+            assert tuning.choose("compute_out", "s2", OutConfig(), never, "cuda:0", None) == pinned
+        assert launched == [pinned, pinned] and inner == [OutConfig()]
+        assert tuning.choose("compute_out", "s1", OutConfig(), never, "cuda:0", None) == OutConfig()
+    finally:
+        tuning.set_cache_path(None)
+
+
 def test_cutile_backward_glue_with_reference_passes(monkeypatch):
     """The backward="cutile" path of the op (casts, absent inputs, layouts), its passes swapped for the
     reference stages so it runs here: it must give the reference path's gradients in the inputs' dtypes."""

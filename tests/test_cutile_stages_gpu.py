@@ -91,17 +91,18 @@ TUNED = [("bwd_dbc", cfg) for cfg in dbc_space()] + [("bwd_dx", cfg) for cfg in 
 
 
 @pytest.mark.parametrize("stage,config", TUNED, ids=lambda v: str(v))
-def test_every_tuning_configuration_of_the_backward(stage, config, monkeypatch):
+def test_every_tuning_configuration_of_the_backward(stage, config):
     """Tuning picks a configuration by speed alone, so each one it can pick must be right: bf16, state 128
     (two column blocks when the configuration splits them), each forced in turn."""
-    monkeypatch.setattr(tuning, "choose", lambda name, key, default, space, device, spec: config)
     t, t64, dy, dfinal, dt_out, dA, states, _ = case(torch.bfloat16, 64, 64, 128)
     dstates, _ = ref_bwd.bwd_pass_state(dy.to(F64), t64["C"], dA, dfinal.to(F64))
-    if stage == "bwd_dbc":
-        want = ref_bwd.bwd_dbc(t64["x"], dy.to(F64), t64["B"], t64["C"], dt_out, dA, states, dstates)
-        got = bwd_dbc(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA, states, dstates))
-    else:
-        want = ref_bwd.bwd_dx(t64["x"], dy.to(F64), t64["B"], t64["C"], dt_out, dA, dstates, t64["D"])
-        got = bwd_dx(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA, dstates, t64["D"]))
+    with tuning.forced(stage, config) as launched:
+        if stage == "bwd_dbc":
+            want = ref_bwd.bwd_dbc(t64["x"], dy.to(F64), t64["B"], t64["C"], dt_out, dA, states, dstates)
+            got = bwd_dbc(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA, states, dstates))
+        else:
+            want = ref_bwd.bwd_dx(t64["x"], dy.to(F64), t64["B"], t64["C"], dt_out, dA, dstates, t64["D"])
+            got = bwd_dx(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA, dstates, t64["D"]))
+    assert launched == [config]
     for i, (a, b) in enumerate(zip(got, want)):
         assert rel_err(a, b) < TOL[torch.bfloat16], (stage, config, i)

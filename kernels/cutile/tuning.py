@@ -10,13 +10,14 @@ with `set_autotune(True)`; the model does that from the YAML key `model.cutile_a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,7 +26,7 @@ import torch
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_state: dict[str, Any] = {"autotune": False, "path": None, "memory": None, "chosen": {}}
+_state: dict[str, Any] = {"autotune": False, "path": None, "memory": None, "chosen": {}, "forced": {}}
 
 
 def cache_path() -> Path:
@@ -107,7 +108,29 @@ def choose(
     chosen = _state["chosen"].get(memo_key)
     if chosen is None:
         chosen = _state["chosen"][memo_key] = _decide(kernel_name, shape_key, default, space, device, spec)
+    force = _state["forced"].get(kernel_name)
+    if force is not None:
+        config, launched = force
+        chosen = chosen if config is None else config
+        launched.append(chosen)
     return chosen
+
+
+@contextlib.contextmanager
+def forced(kernel_name: str, config: Any = None) -> Iterator[list]:
+    """Within the block, every launch of `kernel_name` runs `config` whatever tuning chose (None: what tuning
+    chooses); yields the list of the configurations launched, in order. For checking each configuration
+    tuning can pick, and for probing the one a timing used."""
+    previous = _state["forced"].get(kernel_name)
+    launched: list = []
+    _state["forced"][kernel_name] = (config, launched)
+    try:
+        yield launched
+    finally:
+        if previous is None:
+            del _state["forced"][kernel_name]
+        else:
+            _state["forced"][kernel_name] = previous
 
 
 def _decide(kernel_name, shape_key, default, space, device, spec):
