@@ -41,6 +41,7 @@ SHAPE_NAMES = {
 # Kernel shape field -> step record config field describing the same SSD problem dimension.
 SHAPE_IN_CONFIG = {"dstate": "d_state", "headdim": "headdim", "chunk_size": "chunk_size", "ngroups": "ngroups"}
 HEADLINE_RUNS = 3  # a headline figure is the median of at least this many separate processes
+STANDIN = "standin"  # bench_step's row with the SSD replaced by y = x·D: the rest of the step, not a backend
 BACKEND_KEYS = ("ssd_backend", "ssd_backward")  # model config fields a record's backend label already gives
 PEAK = "peak_bf16_tflops"  # the dense bf16 peak MFU is taken over, where the step JSON records it
 STEP_COLUMNS = {  # record["median"] field -> column
@@ -303,6 +304,22 @@ def model_text(size: str, figures: dict[str, Stat | None]) -> str:
     return f"{size} ({params.median / 1e6:.0f}M parameters)" if params else size
 
 
+def series_keys(runs: list[dict]) -> set[tuple]:
+    return {step_key(r) for run in runs for r in run["records"] if "error" not in r}
+
+
+def check_step_series(series: dict[str, list[dict]]) -> None:
+    """Each step row (model, L, batch, mode) comes from one series: runs of other settings are not pooled."""
+    seen: dict[tuple, str] = {}
+    for name, runs in series.items():
+        for key in sorted(series_keys(runs), key=str):
+            if key in seen:
+                raise SystemExit(
+                    f"report.py: step series {seen[key]} and {name} both hold {key}; give each its own rows"
+                )
+            seen[key] = name
+
+
 def step_section(series: list[list[dict]], spool: Pool, base: str) -> str:
     """The step table of every step series (one per benchmark setting, e.g. compile mode), captioned per series."""
     runs = [r for s in series for r in s]
@@ -320,7 +337,10 @@ def step_section(series: list[list[dict]], spool: Pool, base: str) -> str:
     configs = {r["size"]: model_config(r) for run in runs for r in run["records"] if "config" in r}
     per_size, fixed = varying(configs.values()) if configs else ([], {})
     errors = ordered(
-        f"{r['size']} L {r['seqlen']} {r['mode']}: {r['error']}" for run in runs for r in run["records"] if "error" in r
+        f"{r['size']} L {r['seqlen']} {step_mode(r)}: {r['error']}"
+        for run in runs
+        for r in run["records"]
+        if "error" in r
     )
     peak = ordered(
         p
@@ -332,11 +352,15 @@ def step_section(series: list[list[dict]], spool: Pool, base: str) -> str:
     lines = [
         "## The training step (scripts/bench_step.py)",
         "",
-        *[line for s in series for line in captions(s)],
+        *[line for s in series for line in [*captions(s), ""]],
         "Model config of every row: " + ", ".join(f"{k} {v}" for k, v in fixed.items()) + ".",
         *([f"Per size: {sizes}."] if per_size else []),
         f"Medians over the timed steps of each run; *SSD fwd/bwd*: time inside `kernels.ssd` within the step "
-        f"(– where not timed); *over {base}*: {base}'s step time over the row's; MFU: analytic FLOPs per token "
+        f"(– where not timed); *peak GiB*, *reserved GiB*: the most memory the process's tensors held in the step, "
+        "and the most its allocator held, CUDA graphs' pools included (every variant of a run is resident at "
+        "once: run one variant per process for its own figure; under CUDA graphs a replay allocates nothing, so "
+        f"only the reserved figure bounds it; – where not recorded); *over {base}*: {base}'s step time over the "
+        "row's; MFU: analytic FLOPs per token "
         "over the dense bf16 peak of the GPU"
         + (f" ({', '.join(f'{p} TFLOP/s' for p in peak)})." if peak else f" (the JSON does not record it: no {PEAK})."),
         "",
@@ -469,7 +493,8 @@ def isolated_key(kpool: Pool, rec: dict, mode: str) -> tuple | None:
 def reconcile_figures(kpool: Pool) -> Callable[[dict, dict | None, dict], dict]:
     def figures(rec: dict, base: dict | None, run: dict) -> dict[str, float | None]:
         b, x = (base or {}).get("median", {}), rec["median"]
-        b_ssd, x_ssd = ssd_ms(base or {}), ssd_ms(rec)
+        marks = has_ssd_marks(base or {}) and has_ssd_marks(rec)  # one source for both, or the subtraction
+        b_ssd, x_ssd = ssd_ms(base or {}, marks), ssd_ms(rec, marks)
         if base is None or base is rec or not ratio(b_ssd, x_ssd):
             return {"measured": None}
         k_iso = {}
@@ -488,14 +513,14 @@ def reconcile_figures(kpool: Pool) -> Callable[[dict, dict | None, dict], dict]:
             "predicted_from_isolated": predicted_iso,
             "measured_vs_isolated": measured / predicted_iso - 1 if predicted_iso else None,
             "k_in_step": k_in,
-            "predicted_from_in_step": amdahl(s, k_in),
+            "predicted_from_in_step": amdahl(s, k_in) if marks else None,  # by subtraction: = measured
             "ssd_fwd_share_base": s_fwd,
             "k_isolated_fwd": k_iso["fwd"],
             "k_in_step_fwd": k_in_fwd,
             "forward_only_prediction": amdahl(s_fwd, k_in_fwd) if k_in_fwd and s_fwd else None,
             "non_ssd_ms": x["step_ms"] - x_ssd,
             "non_ssd_ms_base": b["step_ms"] - b_ssd,
-            "ssd_by_subtraction": float(not has_ssd_marks(rec)),
+            "ssd_by_subtraction": float(not marks),
         }
 
     return figures
@@ -505,10 +530,10 @@ def has_ssd_marks(rec: dict) -> bool:
     return bool(rec.get("median", {}).get("ssd_forward_ms"))
 
 
-def ssd_ms(rec: dict) -> float | None:
-    """The SSD's time in a step: its own marks (eager), else the step minus the stand-in step (compiled)."""
+def ssd_ms(rec: dict, marks: bool) -> float | None:
+    """The SSD's time in a step: its own marks (eager steps) if `marks`, else the step minus the stand-in step."""
     m = rec.get("median", {})
-    return m["ssd_forward_ms"] + m["ssd_backward_ms"] if has_ssd_marks(rec) else rec.get("ssd_ms_by_subtraction")
+    return m["ssd_forward_ms"] + m["ssd_backward_ms"] if marks else rec.get("ssd_ms_by_subtraction")
 
 
 def reconcile(step_runs: list[dict], spool: Pool, kpool: Pool, base: str) -> list[dict]:
@@ -562,8 +587,9 @@ def reconcile_section(rec: list[dict], base: str, kpool: Pool) -> str:
             "*k isolated* is the wall-clock ratio from the SSD-alone benchmark at the same L and SSD dimensions, "
             "*k in step* the ratio of the SSD's own time inside the step; predicted = 1 / ((1 - s) + s / k). "
             "*SSD time*: *marks*, the SSD's own CUDA events (eager steps); *stand-in*, the step's time minus the "
-            "stand-in step's (compiled graphs carry no marks), which leaves out the forward-only columns and makes "
-            "the in-step prediction equal the measured speedup by construction. "
+            "stand-in step's (compiled graphs carry no marks; used for both backends of a row unless both have "
+            "marks), which leaves out the forward-only columns and the in-step prediction (it would equal the "
+            "measured speedup by construction). "
             f"The last column is the step speedup had only the SSD forward changed (the backend's forward, "
             f"{base}'s backward)." + blank_text,
             "",
@@ -598,9 +624,10 @@ def runs_text(runs: list[dict]) -> str:
     return f"{len(runs)} run" + "s" * (len(runs) > 1)
 
 
-def step_runs(by: dict[str, dict[str, Stat | None]]) -> int:
-    """How many runs measured a step row (the most of its backends)."""
-    return max((f["step_ms"].n for f in by.values() if f.get("step_ms")), default=0)
+def step_runs(by: dict[str, dict[str, Stat | None]], base: str) -> int:
+    """In how many runs every backend of a step row has its ratio over the baseline (the fewest of them)."""
+    ns = [f["over_base"].n if f.get("over_base") else 0 for n, f in by.items() if n not in (base, STANDIN)]
+    return min(ns, default=0)
 
 
 def headline(
@@ -616,12 +643,12 @@ def headline(
     """Every other backend over the baseline at the largest kernel shape and at every step shape, and every
     backend's scaling efficiency, from the benchmarks measured in at least HEADLINE_RUNS processes; the others
     are named, not shown. `sseries`: the step series; `scrun` is empty when there is no scaling series."""
-    step_keys = [k for k, by in spool.items() if step_runs(by) >= HEADLINE_RUNS]
+    step_keys = [k for k, by in spool.items() if step_runs(by, base) >= HEADLINE_RUNS]
     shown_labels = [
         *(record_labels(krun) if len(krun) >= HEADLINE_RUNS else []),
         *(n for k in step_keys for n in spool[k]),
     ]
-    names = [n for n in ordered(shown_labels) if n != base]
+    names = [n for n in ordered(shown_labels) if n not in (base, STANDIN)]
     rows = []
     if len(krun) >= HEADLINE_RUNS:
         largest = max((dict(k[1]) for k in kpool), key=lambda s: math.prod(v for v in s.values() if isinstance(v, int)))
@@ -637,20 +664,28 @@ def headline(
         (size, seqlen, batch, mode), by = key, spool[key]
         cells = [cell(by.get(n, {}).get("over_base"), times) for n in names]
         what = f"training step, {model_text(size, by)}, L {seqlen}, batch {batch}, {mode}"
-        rows.append([what, *cells, f"{step_runs(by)} runs"])
+        rows.append([what, *cells, f"{step_runs(by, base)} runs"])
     gpus = " / ".join(str(w) for w in ordered(k[4] for k in scpool))
+    benchmarks = (
+        ("the SSD alone", krun),
+        *(
+            (f"the training step ({', '.join(ordered(step_mode(r) for run in s for r in run['records']))})", s)
+            for s in sseries
+        ),
+        (f"scaling to {gpus} GPUs", scrun),
+    )
     missing = [
         f"Not in the headline, measured in {runs_text(runs)} ({HEADLINE_RUNS} needed): {what}, "
-        f"{', '.join(r['file'].name for r in runs)}; its figures are in BENCHMARKS.md."
-        for what, runs in (
-            ("the SSD alone", krun),
-            *(
-                (f"the training step ({', '.join(sorted({step_mode(r) for run in s for r in run['records']}))})", s)
-                for s in sseries
-            ),
-            (f"scaling to {gpus} GPUs", scrun),
-        )
+        f"{', '.join(r['file'].name for r in runs)}; "
+        + ("its figures are in BENCHMARKS.md." if record_labels(runs) else "every record is an error.")
+        for what, runs in benchmarks
         if runs and len(runs) < HEADLINE_RUNS
+    ]
+    missing += [
+        f"Not in the headline: the training step, {model_text(k[0], by)}, L {k[1]}, batch {k[2]}, {k[3]}: "
+        f"every backend over {base} in only {step_runs(by, base)} of its runs."
+        for k, by in spool.items()
+        if k not in step_keys and any(len(s) >= HEADLINE_RUNS and k in series_keys(s) for s in sseries)
     ]
     parts = []
     if rows:
@@ -834,7 +869,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     krun = load_series(args.results, args.kernels, "bench_kernels")
-    sseries = [load_series(args.results, name, "bench_step") for name in args.step.split(",")]
+    named = {
+        name: load_series(args.results, name, "bench_step") for name in ordered(n.strip() for n in args.step.split(","))
+    }
+    check_step_series(named)
+    sseries = list(named.values())
     srun = [r for runs in sseries for r in runs]
     scaling = args.scaling or (SCALING_DEFAULT if series_files(args.results, SCALING_DEFAULT) else None)
     scrun = load_series(args.results, scaling, "bench_scaling") if scaling else []

@@ -316,6 +316,8 @@ def test_report_renders_step_series_per_compile_mode_and_compiled_amdahl_by_subt
     pooled = f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}x–{max(ratios):.2f}x]"
     assert "| training step, mini (7M parameters), L 1024, batch 2, compile | " in head and pooled in head
     assert "reduce-overhead |" not in head and "the training step (compile reduce-overhead), step_g.json" in head
+    header = next(line for line in head.splitlines() if "speedup over triton" in line)
+    assert "standin" not in header and "cutile + cutile backward" in header  # the stand-in is not a backend
 
     # Amdahl of compiled steps: the SSD's time is the step minus the stand-in's.
     rows = json.loads((tmp_path / "reconciliation.json").read_text())
@@ -327,4 +329,31 @@ def test_report_renders_step_series_per_compile_mode_and_compiled_amdahl_by_subt
     k_in = [(t - 60.0) / (80.0 - 60.0) for t in triton_ms]
     assert row["k_in_step"]["median"] == pytest.approx(statistics.median(k_in))
     assert row["ssd_by_subtraction"]["median"] == 1.0 and row["forward_only_prediction"] is None
+    assert row["predicted_from_in_step"] is None  # it would equal the measured speedup by construction
     assert "| stand-in |" in text.split("## Isolated speedup")[1]
+
+
+def test_report_keeps_step_series_apart_and_shows_only_rows_every_run_measured(tmp_path):
+    """A step row held by two series (other settings) is refused, not pooled; a row whose backend failed in
+    some of three runs is named, not shown in the headline."""
+    write(tmp_path / "kernels_t.json", kernel_run({"cutilereference": 0.5, "triton": 1.0, "cutilecutile": 0.25}))
+    write(tmp_path / "step_a.json", compiled_step_run(100.0, None))
+    write(tmp_path / "step_b.json", {**compiled_step_run(110.0, None), "settings": {"out": "b", "steps": 20}})
+    done = run_report(tmp_path, tmp_path, "--kernels", "kernels_t", "--step", "step_a,step_b")
+    assert done.returncode != 0 and "step series step_a and step_b both hold" in done.stderr
+
+    for i in (1, 2, 3):
+        run = compiled_step_run(100.0 + i, None)
+        if i > 1:  # the cuTile row failed in runs 2 and 3
+            run["records"][2] = {"size": "mini", "seqlen": 1024, "mode": "compile", "error": "RuntimeError: boom"}
+        write(tmp_path / f"step_e_run{i}.json", run)
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- headline:start -->\n<!-- headline:end -->\n")
+    done = run_report(tmp_path, tmp_path, "--kernels", "kernels_t", "--step", "step_e")
+    assert done.returncode == 0, done.stderr
+    head = readme.read_text()
+    assert "| training step," not in head
+    assert (
+        "the training step, mini (7M parameters), L 1024, batch 2, compile: every backend over triton in only 1" in head
+    )
+    assert "Not measured: mini L 1024 compile: RuntimeError: boom." in (tmp_path / "BENCHMARKS.md").read_text()
