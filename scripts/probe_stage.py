@@ -113,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         for chunk in (int(c) for c in args.chunks.split(",")):
             with tuning.forced(args.stage) as launched:
                 ms = time_ms(fn, args.stage, chunk, args.calls, args.shape)
+            if not launched:
+                print(f"{path}: its {args.stage} launched nothing through kernels.cutile.launch", file=sys.stderr)
+                return 2
             with tuning.forced(args.stage, launched[-1]):
                 e16, e32 = (max_error(fn, args.stage, d, chunk) for d in (torch.bfloat16, torch.float32))
             print(

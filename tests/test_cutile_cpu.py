@@ -160,7 +160,16 @@ def test_a_forced_configuration_replaces_tuning_for_its_stage_only(tmp_path, mon
             assert tuning.choose("compute_out", "s2", OutConfig(), never, "cuda:0", None) == pinned
         assert launched == [pinned, pinned] and inner == [OutConfig()]
         assert tuning.choose("compute_out", "s1", OutConfig(), never, "cuda:0", None) == OutConfig()
+        # A pinned configuration is not tuned first (tuning on: `never` would fail), and an error inside the
+        # block leaves nothing pinned.
+        tuning.set_autotune(True)
+        with pytest.raises(RuntimeError, match="inside"), tuning.forced("compute_out", pinned):
+            assert tuning.choose("compute_out", "s9", OutConfig(), never, "cuda:0", None) == pinned
+            raise RuntimeError("inside")
+        tuning.set_autotune(False)
+        assert tuning.choose("compute_out", "s1", OutConfig(), never, "cuda:0", None) == OutConfig()
     finally:
+        tuning.set_autotune(False)
         tuning.set_cache_path(None)
 
 

@@ -104,23 +104,25 @@ def choose(
         space: builds the candidates for exhaustive_search (called only when tuning runs).
         spec: config -> (grid, kernel, args), the launch that tuning times.
     """
+    pinned, launched = _state["forced"].get(kernel_name, (None, None))
+    if pinned is not None:  # neither tuned nor remembered
+        launched.append(pinned)
+        return pinned
     memo_key = (kernel_name, shape_key, str(device), _state["autotune"])
     chosen = _state["chosen"].get(memo_key)
     if chosen is None:
         chosen = _state["chosen"][memo_key] = _decide(kernel_name, shape_key, default, space, device, spec)
-    force = _state["forced"].get(kernel_name)
-    if force is not None:
-        config, launched = force
-        chosen = chosen if config is None else config
+    if launched is not None:
         launched.append(chosen)
     return chosen
 
 
 @contextlib.contextmanager
 def forced(kernel_name: str, config: Any = None) -> Iterator[list]:
-    """Within the block, every launch of `kernel_name` runs `config` whatever tuning chose (None: what tuning
-    chooses); yields the list of the configurations launched, in order. For checking each configuration
-    tuning can pick, and for probing the one a timing used."""
+    """Within the block, every launch of `kernel_name` runs `config`, with no tuning (None: what tuning chooses);
+    yields the list of the configurations launched, in order (launches inside a nested block of the same
+    kernel go to that block's list). For checking each configuration tuning can pick, and for probing the one
+    a timing used."""
     previous = _state["forced"].get(kernel_name)
     launched: list = []
     _state["forced"][kernel_name] = (config, launched)
