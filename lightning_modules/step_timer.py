@@ -9,7 +9,7 @@
     throughput/tokens_per_s                     all ranks' tokens over the step time
     perf/mfu            train FLOPs/token (lightning_modules.model.flops) x tokens/s over the GPUs' bf16 peak
     memory/peak_gib     peak allocated CUDA memory in the step (max over ranks)
-    memory/reserved_gib peak memory the allocator held in the step, CUDA graphs' pools included (this rank)
+    memory/reserved_gib peak memory the allocator held in the step, CUDA graphs' pools included (max over ranks)
     time/step_ms_max, time/step_ms_rank{r}      per-rank step times gathered, so a slow rank shows
 
 The split is lightning_modules.measure.step.StepMarks. Its marks are read `lag` steps late (default
@@ -159,21 +159,24 @@ class StepTimer(Callback):
         self._log(trainer)
 
     def _gather(self, pl_module) -> None:
-        """Per-rank step times and the max peak memory of every buffered record, in one all_gather."""
+        """Per-rank step times and the max memory peaks of every buffered record, in one all_gather."""
         records = [r for _, r in self._ungathered]
+        memory = ("memory/peak_gib", "memory/reserved_gib")
         local = torch.tensor(
-            [[r["time/step_ms"], r.get("memory/peak_gib", 0.0)] for r in records],
+            [[r["time/step_ms"], *(r.get(k, 0.0) for k in memory)] for r in records],
             device=pl_module.device,
             dtype=torch.float64,
         )
-        gathered = pl_module.all_gather(local).reshape(-1, len(records), 2).cpu()  # (ranks, steps, 2)
+        columns = 1 + len(memory)
+        gathered = pl_module.all_gather(local).reshape(-1, len(records), columns).cpu()  # (ranks, steps, columns)
         for i, r in enumerate(records):
             per_rank = gathered[:, i, 0].tolist()
             r["time/step_ms_max"] = max(per_rank)
             for rank, v in enumerate(per_rank):
                 r[f"time/step_ms_rank{rank}"] = v
-            if "memory/peak_gib" in r:
-                r["memory/peak_gib"] = float(gathered[:, i, 1].max())
+            for j, k in enumerate(memory, 1):
+                if k in r:
+                    r[k] = float(gathered[:, i, j].max())
 
     def _log(self, trainer) -> None:
         if trainer.is_global_zero:

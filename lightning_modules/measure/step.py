@@ -4,9 +4,10 @@
     step_ms = forward_ms + backward_ms + optimizer_ms;  ssd_forward_ms, ssd_backward_ms inside them
 
 A `StepMarks` records a mark (kernels.timing.Mark: a CUDA event, or the host clock on a CPU) at each
-boundary, takes the SSD's own marks (kernels.ssd_timer) and the peak memory (host-side counters:
-allocated, and reserved, which includes the private pools of CUDA graphs) when the step ends, and is read later: `read()` waits for that step's last event only, so when it is
-called one step late the GPU still has the newer step queued and never idles for the measurement.
+boundary, takes the SSD's own marks (kernels.ssd_timer) and the process's peak memory (host-side
+counters: allocated, and reserved, which includes the private pools of CUDA graphs) when the step
+ends, and is read later: `read()` waits for that step's last event only, so when it is called one
+step late the GPU still has the newer step queued and never idles for the measurement.
 `StepMarks` is the one implementation of the split: the Lightning callback (step_timer.py) places
 the marks from trainer hooks, `TimedStep` (the benchmarks) places them around its own code.
 """
@@ -62,11 +63,14 @@ class StepMarks:
         return all(b in self.marks for b in BOUNDARIES)
 
     def read(self) -> dict[str, float]:
-        """{step_ms, forward_ms, backward_ms, optimizer_ms, ssd_forward_ms, ssd_backward_ms[, peak_gib, reserved_gib]}.
+        """{step_ms, forward_ms, backward_ms, optimizer_ms, ssd_forward_ms, ssd_backward_ms[, peak_gib,
+        reserved_gib]}.
 
-        peak_gib: the most memory tensors held during the step. A CUDA-graph replay allocates nothing (its
-        tensors live in the graph's private pool, recorded in warm-up), so under CUDA graphs only
-        reserved_gib, the most memory the allocator held, pool included, bounds the step's memory.
+        peak_gib: the most memory the process's tensors held during the step; reserved_gib: the most the
+        allocator held, CUDA graphs' private pools included. Both are the process's: where several models
+        live in it (the benchmarks' variants), each figure includes the others' weights and optimizer state.
+        A CUDA-graph replay allocates nothing (its tensors live in the pool, recorded in warm-up), so under
+        CUDA graphs only reserved_gib bounds the step's memory.
 
         Waits until the GPU has passed this step's end mark (not for work queued after it).
         """
