@@ -6,7 +6,8 @@
 
 The signature follows mamba_ssm's `mamba_chunk_scan_combined`, so code written for it can swap in.
 Backends and how one is chosen: kernels/backends.py. Also here: `set_autotune` (cuTile block-size
-search per shape) and `set_debug_checks` (value checks that would synchronize with a GPU).
+search per shape), `tuning_choices` (the cuTile configurations this process launched, for the record)
+and `set_debug_checks` (value checks that would synchronize with a GPU).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 from torch import Tensor
 
 from kernels.backends import BACKENDS, BACKWARDS, implementation, resolve, unavailable_reason
+from kernels.cutile.tuning import chosen as tuning_choices
 from kernels.cutile.tuning import set_autotune
 from kernels.timing import ssd_timer, timed
 
@@ -26,6 +28,7 @@ __all__ = [
     "set_debug_checks",
     "ssd",
     "ssd_timer",
+    "tuning_choices",
     "unavailable_reason",
 ]
 _debug = {"checks": False}

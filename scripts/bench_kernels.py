@@ -203,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         "ceilings": ceilings(),
         "settings": {**vars(args), "device": device, "skipped": skipped},
         "records": records,
+        "tuning": kernels.tuning_choices(),  # the cuTile configurations the records ran
     }
     print(f"wrote {write_json(args.out, payload)}")
     return 0

@@ -55,6 +55,13 @@ def ssd_standin(x: torch.Tensor, dt: torch.Tensor, A, B, C, chunk_size, D: torch
     return x * D.to(x.dtype)[:, None]
 
 
+def compile_mode(name: str, args: argparse.Namespace) -> str | None:
+    """The torch.compile mode of the compiled rows: --compile_mode, else configs/<name>.yaml's model.compile_mode."""
+    if args.compile_mode is not None:
+        return None if args.compile_mode == "default" else args.compile_mode
+    return yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())["model"].get("compile_mode")
+
+
 def load_module(
     name: str, label: str, seqlen: int, compile_model: bool, compile_mode: str | None = None
 ) -> LanguageModel:
@@ -222,7 +229,9 @@ def main(argv: list[str] | None = None) -> int:
                     records += bench(name, seqlen, batch, labels, mode == "compile", args, device)
                 except Exception as e:  # keep what was measured; say what failed
                     print(f"FAILED {name} L={seqlen} {mode}: {type(e).__name__}: {e}", flush=True)
-                    records.append({"size": name, "seqlen": seqlen, "mode": mode, "error": f"{type(e).__name__}: {e}"})
+                    error = {"size": name, "seqlen": seqlen, "mode": mode, "error": f"{type(e).__name__}: {e}"}
+                    records.append(error | ({"compile_mode": compile_mode(name, args)} if mode == "compile" else {}))
+                payload["tuning"] = kernels.tuning_choices()  # the cuTile configurations every cell ran
                 write_json(args.out, payload)  # after every cell: a timeout keeps what was measured
                 torch._dynamo.reset()
                 if device == "cuda":

@@ -36,6 +36,7 @@ def test_bench_kernels_writes_json(tmp_path):
     assert modes == {"fwd", "fwd_bwd"}
     for r in data["records"]:
         assert r["backend"] == "torch" and r["wall_ms"]["median"] > 0 and r["wall_ms"]["n"] == 2
+    assert data["tuning"] == {}  # no cuTile kernel ran
 
 
 def test_bench_step_writes_json(tmp_path):

@@ -3,6 +3,7 @@ toolchain check says what is wrong, and the backward op's reference path equals 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import stat
 
@@ -130,6 +131,14 @@ def test_tuning_choice_is_decided_once_per_shape(tmp_path, monkeypatch):
             assert tuning.choose("compute_out", "s1", OutConfig(), never, "cuda:0", None) == OutConfig(128, 32, 4, 1)
             assert tuning.choose("compute_out", "s2", OutConfig(), never, "cuda:0", None) == OutConfig()
         assert len(lookups) == 2  # one per shape
+        assert tuning.chosen() == {  # what the process ran, for the record
+            "compute_out|s1": {
+                "config": dataclasses.asdict(OutConfig(128, 32, 4, 1)),
+                "source": "cache",
+                "mean_us": None,
+            },
+            "compute_out|s2": {"config": dataclasses.asdict(OutConfig()), "source": "default", "mean_us": None},
+        }
         # An entry written for another layout of the configuration (a field since removed) is not used.
         (tmp_path / "tuning.json").write_text(
             '{"compute_out|s3|TestGPU|cuda-tile-x": {"config": {"TILE_T": 128, "TILE_P": 32, "stages": 2}}}'

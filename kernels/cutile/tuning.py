@@ -109,12 +109,22 @@ def choose(
         launched.append(pinned)
         return pinned
     memo_key = (kernel_name, shape_key, str(device), _state["autotune"])
-    chosen = _state["chosen"].get(memo_key)
-    if chosen is None:
-        chosen = _state["chosen"][memo_key] = _decide(kernel_name, shape_key, default, space, device, spec)
+    decided = _state["chosen"].get(memo_key)
+    if decided is None:
+        decided = _state["chosen"][memo_key] = _decide(kernel_name, shape_key, default, space, device, spec)
     if launched is not None:
-        launched.append(chosen)
-    return chosen
+        launched.append(decided[0])
+    return decided[0]
+
+
+def chosen() -> dict[str, dict[str, Any]]:
+    """Every configuration decided in this process, for recording beside a measurement what it ran:
+    "kernel|shape key" -> {"config": its fields, "source": "cache" | "search" | "default", "mean_us": the
+    time tuning measured for it, where known}."""
+    return {
+        f"{name}|{key}": {"config": dataclasses.asdict(cfg), **info}
+        for (name, key, _, _), (cfg, info) in _state["chosen"].items()
+    }
 
 
 @contextlib.contextmanager
@@ -140,10 +150,10 @@ def _decide(kernel_name, shape_key, default, space, device, spec):
     cached = _load().get(key)
     fields = {f.name for f in dataclasses.fields(default)}
     if cached is not None and set(cached["config"]) <= fields:  # an entry of another config layout: tune again
-        return type(default)(**cached["config"])
+        return type(default)(**cached["config"]), {"source": "cache", "mean_us": cached.get("mean_us")}
     candidates = list(space()) if _state["autotune"] else []
     if len(candidates) <= 1:
-        return default
+        return default, {"source": "default", "mean_us": None}
     from cuda.tile.tune import exhaustive_search
 
     start = time.perf_counter()
@@ -171,4 +181,4 @@ def _decide(kernel_name, shape_key, default, space, device, spec):
     )
     log.info("cuTile: %s on %s, every configuration: %s", kernel_name, shape_key, result.summary(top_k=len(candidates)))
     _store(key, {"config": dataclasses.asdict(best), "mean_us": result.best.mean_us, "tuned_s": seconds})
-    return best
+    return best, {"source": "search", "mean_us": result.best.mean_us}
