@@ -1,31 +1,51 @@
 #!/usr/bin/env bash
 # Run the GPU tests split over parallel processes: cuTile compiles each kernel specialization once per
 # machine (its disk cache is shared), so parallel processes spread the compiling over the CPU cores while
-# they share the GPUs. Job i runs on GPU i mod (number of GPUs).
+# they share the GPUs. Job i runs on the i-th GPU (mod their number) of CUDA_VISIBLE_DEVICES, or of all.
 #
 #   scripts/gpu_check.sh OUTDIR JOBS [PYTEST SELECTION...]
 #   scripts/gpu_check.sh "$OUT" 12 tests/test_cutile_stages_gpu.py tests/test_cutile_backward_gpu.py -k "not tuning"
 #
 # The selected tests (marker gpu) are dealt round-robin to JOBS processes, each stopped after
-# GPU_CHECK_TIMEOUT seconds (default 540). OUTDIR gets each job's log (jobN.txt), every test's outcome
-# (outcomes.txt), and the tests no job reached before its time ran out (not_reached.txt).
-set -u
+# GPU_CHECK_TIMEOUT seconds (default 540). OUTDIR gets each job's log (jobN.txt) and exit code (exit_codes.txt),
+# every test's outcome (outcomes.txt), and the tests with none (no_outcome.txt: the job timed out or crashed
+# first). Exits 1 when a test failed or has no outcome, or a job ended with anything but 0 (a crash at
+# exit included); 2 when the selection cannot be collected.
+set -uo pipefail
 out=${1:?usage: scripts/gpu_check.sh OUTDIR JOBS [PYTEST SELECTION...]}
 jobs=${2:?usage: scripts/gpu_check.sh OUTDIR JOBS [PYTEST SELECTION...]}
 shift 2
 mkdir -p "$out"
-python -m pytest --collect-only -q -m gpu -p no:cacheprovider "$@" | grep '::' >"$out/ids.txt"
-gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
-[ "$gpus" -gt 0 ] || gpus=1
-echo "gpu_check: $(wc -l <"$out/ids.txt") tests in $jobs processes on $gpus GPU(s)"
+if ! python -m pytest --collect-only -q -m gpu -p no:cacheprovider "$@" >"$out/collect.txt" 2>&1; then
+    echo "gpu_check: the selection does not collect:" >&2
+    tail -n 20 "$out/collect.txt" >&2
+    exit 2
+fi
+grep '::' "$out/collect.txt" >"$out/ids.txt"
+read -r -a gpus <<<"$(echo "${CUDA_VISIBLE_DEVICES:-$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null)}" | tr ',\n' '  ')"
+[ "${#gpus[@]}" -gt 0 ] || gpus=("")
+echo "gpu_check: $(wc -l <"$out/ids.txt") tests in $jobs processes on ${#gpus[@]} GPU(s)"
+pids=()
 for i in $(seq 0 $((jobs - 1))); do
     awk -v n="$jobs" -v i="$i" '(NR - 1) % n == i' "$out/ids.txt" >"$out/ids$i.txt"
     [ -s "$out/ids$i.txt" ] || continue
-    CUDA_VISIBLE_DEVICES=$((i % gpus)) timeout "${GPU_CHECK_TIMEOUT:-540}" \
+    CUDA_VISIBLE_DEVICES=${gpus[$((i % ${#gpus[@]}))]} timeout "${GPU_CHECK_TIMEOUT:-540}" \
         xargs -a "$out/ids$i.txt" -d '\n' python -m pytest -v -m gpu -p no:cacheprovider >"$out/job$i.txt" 2>&1 &
+    pids[i]=$!
 done
-wait
+: >"$out/exit_codes.txt"
+for i in "${!pids[@]}"; do
+    wait "${pids[$i]}"
+    echo "job$i $?" >>"$out/exit_codes.txt"
+done
+rm -f "$out"/ids[0-9]*.txt
 grep -hoE '^tests/.* (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)' "$out"/job*.txt | sort >"$out/outcomes.txt"
-sed -E 's/ [A-Z]+$//' "$out/outcomes.txt" | sort | comm -23 <(sort "$out/ids.txt") - >"$out/not_reached.txt"
-echo "gpu_check: $(awk '{print $NF}' "$out/outcomes.txt" | sort | uniq -c | tr -s ' \n' ' ')not reached $(wc -l <"$out/not_reached.txt")"
-grep -E ' (FAILED|ERROR)$' "$out/outcomes.txt" || true
+sed -E 's/ [A-Z]+$//' "$out/outcomes.txt" | sort | comm -23 <(sort "$out/ids.txt") - >"$out/no_outcome.txt"
+bad_jobs=$(awk '$2 != 0' "$out/exit_codes.txt")
+echo "gpu_check: $(awk '{print $NF}' "$out/outcomes.txt" | sort | uniq -c | tr -s ' \n' ' ')no outcome $(wc -l <"$out/no_outcome.txt")"
+[ -z "$bad_jobs" ] || echo "gpu_check: jobs that did not exit with 0 (exit code; 123: a test failed; 124: timed out;" \
+    "125: killed by a signal, a crash at exit included): $(echo "$bad_jobs" | tr '\n' ' ')"
+grep -E ' (FAILED|ERROR)$' "$out/outcomes.txt"
+if grep -qE ' (FAILED|ERROR)$' "$out/outcomes.txt" || [ -s "$out/no_outcome.txt" ] || [ -n "$bad_jobs" ]; then
+    exit 1
+fi
