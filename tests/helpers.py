@@ -72,19 +72,23 @@ def gpu_model_args(backend: str, backward: str, compile_model: bool, compile_mod
     ]
 
 
-def subprocess_env() -> dict[str, str]:
+def subprocess_env(keep_devices: bool = False) -> dict[str, str]:
     """Environment for running the project's entry points as subprocesses: the repository first on the import
     path, then whatever the caller's PYTHONPATH holds (on a GPU machine, packages installed there)."""
     path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
     env = {**os.environ, "PYTHONPATH": path, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    env.pop("CUDA_VISIBLE_DEVICES", None)
+    if not keep_devices:  # multi-GPU runs see every GPU; a one-GPU test keeps the GPU it was given
+        env.pop("CUDA_VISIBLE_DEVICES", None)
     return env
 
 
-def run_script(script: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """`python <script> <args>` from the repository root, output captured."""
+def run_script(
+    script: str, *args: str, timeout: float = 600, keep_devices: bool = False
+) -> subprocess.CompletedProcess:
+    """`python <script> <args>` from the repository root, output captured (see subprocess_env for keep_devices)."""
+    env = subprocess_env(keep_devices)
     return subprocess.run(
-        [sys.executable, script, *args], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=timeout
+        [sys.executable, script, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
     )
 
 

@@ -19,15 +19,18 @@ pytestmark = [
 LOSS_TOL = 0.05
 
 
-def _losses(tmp_path, corpus, backend: str, backward: str = "reference", compile_mode: str | None = None):
-    """train/loss per step of a short run; compile_mode None: eager, "default" or a torch.compile mode: compiled."""
-    root = tmp_path / f"{backend}-{backward}-{compile_mode or 'eager'}"
+def _losses(tmp_path, corpus, backend: str, backward: str = "reference", compile_mode: str = "eager"):
+    """train/loss per step of a short run; compile_mode "eager", or "default" or another torch.compile mode."""
+    root = tmp_path / f"{backend}-{backward}-{compile_mode}"
     train.main(
         tiny_args(
             root,
             corpus,
             *gpu_model_args(
-                backend, backward, compile_mode is not None, None if compile_mode == "default" else compile_mode
+                backend,
+                backward,
+                compile_mode != "eager",
+                None if compile_mode in ("eager", "default") else compile_mode,
             ),
             "--trainer.max_steps=60",
             "--trainer.val_check_interval=30",
@@ -50,9 +53,9 @@ def reference_curve(tmp_path_factory, corpus):
 @pytest.mark.parametrize(
     "backend,backward,compile_mode",
     [
-        ("cutile", "reference", None),
-        ("cutile", "cutile", None),
-        ("triton", "reference", None),
+        ("cutile", "reference", "eager"),
+        ("cutile", "cutile", "eager"),
+        ("triton", "reference", "eager"),
         ("torch", "reference", "default"),
         ("cutile", "reference", "default"),
         ("cutile", "cutile", "default"),
@@ -82,8 +85,7 @@ def test_cuda_graph_training_process_exits_cleanly(tmp_path, corpus, backend, ba
     if reason is not None:
         pytest.skip(reason)
     model = gpu_model_args(backend, backward, True, "reduce-overhead")
-    done = run_script(
-        "train.py", *tiny_args(tmp_path, corpus, *model, "--trainer.max_steps=20", "--logging.wandb=false")
-    )
+    args = tiny_args(tmp_path, corpus, *model, "--trainer.max_steps=20", "--logging.wandb=false")
+    done = run_script("train.py", *args, keep_devices=True)
     assert done.returncode == 0, f"exit code {done.returncode}: {done.stderr[-3000:]}"
     assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
