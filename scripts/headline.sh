@@ -2,22 +2,24 @@
 # The headline figures: each benchmark run in three separate processes with the same settings (a figure is
 # the median of the three, shown with its min-max), then BENCHMARKS.md, the plots and README's headline block.
 #
-#   scripts/headline.sh kernels [N]   # the SSD alone at the seed shape: bench_kernels.py, processes 1-3 or only N
-#   scripts/headline.sh step [N]      # the 130M-layout training step, compiled: bench_step.py, likewise
-#   scripts/headline.sh report        # render what results/ holds (no GPU needed)
+#   scripts/headline.sh kernels [N]       # the SSD alone at the seed shape: bench_kernels.py, processes 1-3 or only N
+#   scripts/headline.sh step [N]          # the 130M-layout training step, compiled (the configs' default): bench_step.py
+#   scripts/headline.sh step_graphs [N]   # the same step compiled with CUDA graphs (compile mode reduce-overhead)
+#   scripts/headline.sh report            # render what results/ holds (no GPU needed; every series above must exist)
 #
 # Backends alternate within each process; cuTile and Triton are both tuned and warmed before timing. Each
 # process prints its wall time. On one H200 (2026-11-30) `kernels` took 322 s for all three processes (245 s
-# for the first, which compiles and tunes; about 40 s for the others, on the caches it leaves); a quick
-# compiled step run of four variants took 516 s, so run `step` one process at a time where a command may
-# take at most 10 minutes. RESULTS (default results/)
-# says where the JSON goes, OUT (default the repository) where BENCHMARKS.md and README.md are.
+# for the first, which compiles and tunes; about 40 s for the others, on the caches it leaves). A quick
+# compiled step run (2 warm-up and 4 timed steps) of four variants took 516 s; `step` runs 3 and 10, so run it
+# one process per command where a command may take at most 10 minutes. RESULTS (default results/) says where
+# the JSON goes, OUT (default the repository) where BENCHMARKS.md and README.md are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: scripts/headline.sh kernels|step|report}
+part=${1:?usage: scripts/headline.sh kernels|step|step_graphs|report}
 results=${RESULTS:-results}
 kernels_series=kernels_h200_seed
 step_series=step_h200_compiled
+graphs_series=step_h200_cudagraphs
 
 only=${2:-}
 case $only in "" | 1 | 2 | 3) ;; *) echo "scripts/headline.sh: process number must be 1, 2 or 3" >&2 && exit 2 ;; esac
@@ -43,11 +45,16 @@ step)
     run3 "$step_series" python scripts/bench_step.py --configs medium --modes compile \
         --backends standin,triton,cutile,cutile_bwd --autotune
     ;;
+step_graphs)
+    run3 "$graphs_series" python scripts/bench_step.py --configs medium --modes compile --compile_mode reduce-overhead \
+        --backends standin,triton,cutile,cutile_bwd --autotune
+    ;;
 report)
-    python scripts/report.py --results "$results" --out "${OUT:-.}" --kernels "$kernels_series" --step "$step_series"
+    python scripts/report.py --results "$results" --out "${OUT:-.}" --kernels "$kernels_series" \
+        --step "$step_series,$graphs_series"
     ;;
 *)
-    echo "scripts/headline.sh: unknown part '$part'; use kernels, step or report" >&2
+    echo "scripts/headline.sh: unknown part '$part'; use kernels, step, step_graphs or report" >&2
     exit 2
     ;;
 esac
