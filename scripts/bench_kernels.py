@@ -7,6 +7,7 @@ repeats, GPU kernel time per call (torch.profiler), achieved GB/s over the SSD's
 and TFLOP/s of the chunked algorithm, against ceilings measured in the same run.
 
     python scripts/bench_kernels.py --out results/kernels.json            # seed shape + sweep
+    python scripts/bench_kernels.py --shapes seed,step --autotune         # the seed shape and the 130M step's
     python scripts/bench_kernels.py --shapes tiny --backends torch        # plumbing check on CPU
 """
 
@@ -50,8 +51,10 @@ class Shape:
 
 
 SEED = Shape(4, 16384, 8, 64, 128)
+STEP = Shape(8, 2048, 24, 64, 128)  # one layer's SSD in the 130M layout's step (configs/medium.yaml, batch 8)
 SWEEP = [Shape(4, l, 8, 64, n) for n in (64, 128) for l in (2048, 4096, 8192, 16384)]
 TINY = [Shape(1, 96, 2, 16, 8, chunk_size=32, dtype="float32")]
+SHAPE_SETS = {"seed": [SEED], "step": [STEP], "sweep": SWEEP, "tiny": TINY}
 
 
 def make_inputs(shape: Shape, device: str, requires_grad: bool) -> dict[str, torch.Tensor]:
@@ -166,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="results/kernels.json", help="JSON file to write")
     ap.add_argument(
-        "--shapes", choices=["seed", "sweep", "tiny"], default="sweep", help="seed shape only, sweep, or tiny"
+        "--shapes",
+        default="sweep",
+        help=f"comma-separated sets of shapes: {', '.join(SHAPE_SETS)} (step: one layer of the 130M layout's step)",
     )
     ap.add_argument(
         "--backends",
@@ -183,7 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_float32_matmul_precision("high")  # as train.py: float32 matmuls may use TF32
     device = "cuda" if torch.cuda.is_available() else "cpu"
     kernels.set_autotune(args.autotune)
-    shapes = {"seed": [SEED], "sweep": SWEEP, "tiny": TINY}[args.shapes]
+    unknown = [name for name in args.shapes.split(",") if name not in SHAPE_SETS]
+    if unknown:
+        ap.error(f"unknown shape sets {unknown}; choose from {', '.join(SHAPE_SETS)}")
+    shapes = list(dict.fromkeys(shape for name in args.shapes.split(",") for shape in SHAPE_SETS[name]))
     if args.chunk is not None:
         shapes = [replace(shape, chunk_size=args.chunk) for shape in shapes]
     variants = args.backends.split(",")

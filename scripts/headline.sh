@@ -2,14 +2,15 @@
 # The headline figures: each benchmark run in three separate processes with the same settings (a figure is
 # the median of the three, shown with its min-max), then BENCHMARKS.md, the plots and README's headline block.
 #
-#   scripts/headline.sh kernels [N]       # the SSD alone at the seed shape: bench_kernels.py, processes 1-3 or only N
+#   scripts/headline.sh kernels [N]       # the SSD alone at the seed shape and the step's: bench_kernels.py, processes 1-3 or N
 #   scripts/headline.sh step [N]          # the 130M-layout training step, compiled (the configs' default): bench_step.py
 #   scripts/headline.sh step_graphs [N]   # the same step compiled with CUDA graphs (compile mode reduce-overhead)
 #   scripts/headline.sh report            # render what results/ holds (no GPU needed; every series above must exist)
 #
 # Backends alternate within each process; cuTile and Triton are both tuned and warmed before timing. Each
-# process prints its wall time. On one H200 (2026-11-30) `kernels` took 322 s for all three processes (245 s
-# for the first, which compiles and tunes; about 40 s for the others, on the caches it leaves). A quick
+# process prints its wall time. On one H200 (2026-11-30) `kernels` at the seed shape alone took 322 s for all
+# three processes (245 s for the first, which compiles and tunes; about 40 s for the others, on the caches it
+# leaves); the step's shape adds its own compiling and tuning to the first. A quick
 # compiled step run (2 warm-up and 4 timed steps) of four variants took 516 s; `step` runs 3 and 10, so run it
 # one process per command where a command may take at most 10 minutes. RESULTS (default results/) says where
 # the JSON goes, OUT (default the repository) where BENCHMARKS.md and README.md are.
@@ -17,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 part=${1:?usage: scripts/headline.sh kernels|step|step_graphs|report}
 results=${RESULTS:-results}
-kernels_series=kernels_h200_seed
+kernels_series=kernels_h200_headline
 step_series=step_h200_compiled
 graphs_series=step_h200_cudagraphs
 
@@ -38,7 +39,7 @@ run3() {  # run3 SERIES COMMAND...: processes 1-3 (or only $only); 1 writes SERI
 
 case $part in
 kernels)
-    run3 "$kernels_series" python scripts/bench_kernels.py --shapes seed --backends cutile,cutile:cutile,triton \
+    run3 "$kernels_series" python scripts/bench_kernels.py --shapes seed,step --backends cutile,cutile:cutile,triton \
         --modes fwd,fwd_bwd --repeats 5 --calls 10 --autotune
     ;;
 step)

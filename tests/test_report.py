@@ -266,9 +266,9 @@ def test_headline_script_renders_its_own_series(tmp_path):
     """scripts/headline.sh report: the series its kernels, step and step_graphs parts write, three kernel processes
     pooled."""
     walls = [{"cutilereference": 0.5, "triton": t, "cutilecutile": 0.25} for t in (1.2, 1.0, 1.5)]
-    write(tmp_path / "kernels_h200_seed.json", kernel_run(walls[0]))
+    write(tmp_path / "kernels_h200_headline.json", kernel_run(walls[0]))
     for i, w in enumerate(walls[1:], 2):
-        write(tmp_path / f"kernels_h200_seed_run{i}.json", kernel_run(w))
+        write(tmp_path / f"kernels_h200_headline_run{i}.json", kernel_run(w))
     write(tmp_path / "step_h200_compiled.json", step_run())
     write(tmp_path / "step_h200_cudagraphs.json", compiled_step_run(70.0, "reduce-overhead"))
     (tmp_path / "README.md").write_text("<!-- headline:start -->\n<!-- headline:end -->\n")
