@@ -479,7 +479,8 @@ def scaling_section(runs: list[dict], scpool: Pool) -> str:
 
 
 def isolated_key(kpool: Pool, rec: dict, mode: str) -> tuple | None:
-    """The one kernel-benchmark shape of `mode` at the step's sequence length and SSD dimensions, if any."""
+    """The kernel-benchmark shape of `mode` at the step's sequence length and SSD dimensions; among several,
+    the one with the step's batch and number of heads too; None when there is no single one."""
     cfg = rec.get("config", {})
 
     def same_problem(shape: dict) -> bool:
@@ -487,6 +488,9 @@ def isolated_key(kpool: Pool, rec: dict, mode: str) -> tuple | None:
         return shape.get("seqlen") == rec["seqlen"] and all(a == b for a, b in both)
 
     keys = [k for k in kpool if k[0] == mode and same_problem(dict(k[1]))]
+    if len(keys) > 1 and {"expand", "d_model", "headdim"} <= cfg.keys():
+        heads = cfg["expand"] * cfg["d_model"] // cfg["headdim"]
+        keys = [k for k in keys if (dict(k[1]).get("batch"), dict(k[1]).get("nheads")) == (rec["batch"], heads)]
     return keys[0] if len(keys) == 1 else None
 
 
@@ -502,7 +506,7 @@ def reconcile_figures(kpool: Pool) -> Callable[[dict, dict | None, dict], dict]:
             key = isolated_key(kpool, rec, mode)
             stat = kpool[key].get(label(rec), {}).get("wall_over_base") if key else None
             k_iso[mode] = stat.median if stat else None
-        s, s_fwd = b_ssd / b["step_ms"], (b["ssd_forward_ms"] / b["step_ms"]) or None
+        s, s_fwd = b_ssd / b["step_ms"], (b["ssd_forward_ms"] / b["step_ms"] if marks else None)
         k_in, k_in_fwd = b_ssd / x_ssd, ratio(b["ssd_forward_ms"], x["ssd_forward_ms"])
         measured = b["step_ms"] / x["step_ms"]
         predicted_iso = amdahl(s, k_iso["fwd_bwd"]) if k_iso["fwd_bwd"] else None
@@ -572,10 +576,9 @@ def reconcile_section(rec: list[dict], base: str, kpool: Pool) -> str:
     lengths = ", ".join(map(str, sorted({dict(k[1]).get("seqlen") for k in kpool} - {None})))
     blank = [r for r in rec if not r["k_isolated_fwd_bwd"]]
     blank_text = (
-        f" *k isolated* and its prediction are blank where the SSD-alone series has no shape at the step's L and "
-        f"SSD dimensions (it holds L {lengths}; the step rows: L "
-        + ", ".join(map(str, ordered(r["seqlen"] for r in blank)))
-        + ")."
+        f" *k isolated* and its prediction are blank where the SSD-alone series has no single shape at the step's "
+        f"L and SSD dimensions (among several, none with the step's batch and heads; it holds L {lengths}; the "
+        "step rows: L " + ", ".join(map(str, ordered(r["seqlen"] for r in blank))) + ")."
         if blank
         else ""
     )
@@ -686,6 +689,11 @@ def headline(
         f"every backend over {base} in only {step_runs(by, base)} of its runs."
         for k, by in spool.items()
         if k not in step_keys and any(len(s) >= HEADLINE_RUNS and k in series_keys(s) for s in sseries)
+    ]
+    missing += [
+        f"Not in the headline: {what}, {', '.join(r['file'].name for r in runs)}: every record is an error."
+        for what, runs in benchmarks[1:-1]
+        if len(runs) >= HEADLINE_RUNS and not record_labels(runs)
     ]
     parts = []
     if rows:
