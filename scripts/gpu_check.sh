@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Run the GPU tests split over parallel processes: cuTile compiles each kernel specialization once per
 # machine (its disk cache is shared), so parallel processes spread the compiling over the CPU cores while
-# they share the GPUs. Job i runs on the i-th GPU (mod their number) of CUDA_VISIBLE_DEVICES, or of all.
+# they share the GPUs. Job i runs on the i-th GPU (mod their number) of CUDA_VISIBLE_DEVICES when it is set,
+# else of those nvidia-smi lists; with none visible it stops (exit 2) rather than let every test skip.
 #
 #   scripts/gpu_check.sh OUTDIR JOBS [PYTEST SELECTION...]
 #   scripts/gpu_check.sh "$OUT" 12 tests/test_cutile_stages_gpu.py tests/test_cutile_backward_gpu.py -k "not tuning"
 #
 # The selected tests (marker gpu) are dealt round-robin to JOBS processes, each stopped after
-# GPU_CHECK_TIMEOUT seconds (default 540). OUTDIR gets each job's log (jobN.txt) and exit code (exit_codes.txt),
-# every test's outcome (outcomes.txt), and the tests with none (no_outcome.txt: the job timed out or crashed
-# first). Exits 1 when a test failed or has no outcome, or a job ended with anything but 0 (a crash at
-# exit included); 2 when the selection cannot be collected.
+# GPU_CHECK_TIMEOUT seconds (default 540). OUTDIR gets the collected ids (ids.txt, collect.txt), each job's
+# log (jobN.txt) and exit code (exit_codes.txt), every test's outcome (outcomes.txt), and the tests with none
+# (no_outcome.txt: the job timed out or crashed first). Exits 1 when a test failed or has no outcome, every
+# test skipped, or a job ended with anything but 0 (a crash at exit included); 2 when the selection cannot be
+# collected or no GPU is visible.
 set -uo pipefail
 out=${1:?usage: scripts/gpu_check.sh OUTDIR JOBS [PYTEST SELECTION...]}
 jobs=${2:?usage: scripts/gpu_check.sh OUTDIR JOBS [PYTEST SELECTION...]}
@@ -22,9 +24,12 @@ if ! python -m pytest --collect-only -q -m gpu -p no:cacheprovider "$@" >"$out/c
     exit 2
 fi
 grep '::' "$out/collect.txt" >"$out/ids.txt"
-read -r -a gpus <<<"$(echo "${CUDA_VISIBLE_DEVICES:-$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null)}" | tr ',\n' '  ')"
-[ "${#gpus[@]}" -gt 0 ] || gpus=("")
-echo "gpu_check: $(wc -l <"$out/ids.txt") tests in $jobs processes on ${#gpus[@]} GPU(s)"
+read -r -a gpus <<<"$(echo "${CUDA_VISIBLE_DEVICES-$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null)}" | tr ',\n' '  ')"
+if [ "${#gpus[@]}" -eq 0 ]; then
+    echo "gpu_check: no GPU visible (CUDA_VISIBLE_DEVICES or nvidia-smi): every GPU test would skip" >&2
+    exit 2
+fi
+echo "gpu_check: $(wc -l <"$out/ids.txt") tests in $jobs processes on GPU(s) ${gpus[*]}"
 pids=()
 for i in $(seq 0 $((jobs - 1))); do
     awk -v n="$jobs" -v i="$i" '(NR - 1) % n == i' "$out/ids.txt" >"$out/ids$i.txt"
@@ -43,9 +48,12 @@ grep -hoE '^tests/.* (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)' "$out"/job*.txt 
 sed -E 's/ [A-Z]+$//' "$out/outcomes.txt" | sort | comm -23 <(sort "$out/ids.txt") - >"$out/no_outcome.txt"
 bad_jobs=$(awk '$2 != 0' "$out/exit_codes.txt")
 echo "gpu_check: $(awk '{print $NF}' "$out/outcomes.txt" | sort | uniq -c | tr -s ' \n' ' ')no outcome $(wc -l <"$out/no_outcome.txt")"
-[ -z "$bad_jobs" ] || echo "gpu_check: jobs that did not exit with 0 (exit code; 123: a test failed; 124: timed out;" \
-    "125: killed by a signal, a crash at exit included): $(echo "$bad_jobs" | tr '\n' ' ')"
+[ -z "$bad_jobs" ] || echo "gpu_check: jobs that did not exit with 0 (exit code; 123: pytest reported failures or" \
+    "errors; 124: timed out; 125: killed by a signal, a crash at exit included): $(echo "$bad_jobs" | tr '\n' ' ')"
+all_skipped=$(awk '$NF != "SKIPPED" {n++} END {print (NR > 0 && n == 0)}' "$out/outcomes.txt")
+[ "$all_skipped" = 0 ] || echo "gpu_check: every test skipped" >&2
 grep -E ' (FAILED|ERROR)$' "$out/outcomes.txt"
-if grep -qE ' (FAILED|ERROR)$' "$out/outcomes.txt" || [ -s "$out/no_outcome.txt" ] || [ -n "$bad_jobs" ]; then
+if grep -qE ' (FAILED|ERROR)$' "$out/outcomes.txt" || [ -s "$out/no_outcome.txt" ] || [ -n "$bad_jobs" ] \
+    || [ "$all_skipped" = 1 ]; then
     exit 1
 fi
