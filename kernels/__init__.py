@@ -6,7 +6,7 @@
 
 The signature follows mamba_ssm's `mamba_chunk_scan_combined`, so code written for it can swap in.
 Backends and how one is chosen: kernels/backends.py. Also here: `set_autotune` (cuTile block-size
-search per shape), `tuning_choices` (the cuTile configurations this process launched, for the record)
+search per shape), `tuning_choices` (the cuTile configurations this process decided on, for the record)
 and `set_debug_checks` (value checks that would synchronize with a GPU).
 """
 

@@ -188,10 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_float32_matmul_precision("high")  # as train.py: float32 matmuls may use TF32
     device = "cuda" if torch.cuda.is_available() else "cpu"
     kernels.set_autotune(args.autotune)
-    unknown = [name for name in args.shapes.split(",") if name not in SHAPE_SETS]
+    names = [name.strip() for name in args.shapes.split(",")]
+    unknown = [name for name in names if name not in SHAPE_SETS]
     if unknown:
         ap.error(f"unknown shape sets {unknown}; choose from {', '.join(SHAPE_SETS)}")
-    shapes = list(dict.fromkeys(shape for name in args.shapes.split(",") for shape in SHAPE_SETS[name]))
+    shapes = list(dict.fromkeys(shape for name in names for shape in SHAPE_SETS[name]))
     if args.chunk is not None:
         shapes = [replace(shape, chunk_size=args.chunk) for shape in shapes]
     variants = args.backends.split(",")

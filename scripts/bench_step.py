@@ -59,7 +59,8 @@ def compile_mode(name: str, args: argparse.Namespace) -> str | None:
     """The torch.compile mode of the compiled rows: --compile_mode, else configs/<name>.yaml's model.compile_mode."""
     if args.compile_mode is not None:
         return None if args.compile_mode == "default" else args.compile_mode
-    return yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())["model"].get("compile_mode")
+    path = CONFIGS / f"{name}.yaml"
+    return yaml.safe_load(path.read_text())["model"].get("compile_mode") if path.is_file() else None
 
 
 def load_module(

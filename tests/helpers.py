@@ -58,7 +58,10 @@ def tiny_args(root: Path, corpus: Path, *extra: str) -> list[str]:
 
 
 def gpu_model_args(backend: str, backward: str, compile_model: bool, compile_mode: str | None = None) -> list[str]:
-    """train.py arguments for the small model the GPU training tests run (kernel-sized dims, 256 tokens)."""
+    """train.py arguments for the small model the GPU training tests run (kernel-sized dims, 256 tokens);
+    compile_mode (a torch.compile mode) needs compile_model."""
+    if compile_mode and not compile_model:
+        raise ValueError(f"compile_mode {compile_mode!r} without compile_model")
     return [
         f"--model.config.ssd_backend={backend}",
         f"--model.config.ssd_backward={backward}",
