@@ -114,3 +114,28 @@ def test_commit_is_only_read_from_this_projects_own_checkout(tmp_path):
     assert head is not None and len(head) == 40
     (outer / "copy" / "kernels" / "a.py").write_text("A = 2\n")
     assert _git_commit(outer / "copy") == head + "+dirty"
+
+
+def test_step_timer_gathers_per_rank_times_and_the_ranks_largest_memory_peaks():
+    """Under DDP each record gets every rank's step time, their max, and the max over ranks of both memory
+    peaks (allocated and reserved); a record without memory figures (a CPU) gets none."""
+    from lightning_modules.step_timer import StepTimer
+
+    class TwoRanks:  # all_gather as Lightning's: this rank's tensor and another rank's, stacked
+        device = torch.device("cpu")
+
+        def all_gather(self, local: torch.Tensor) -> torch.Tensor:
+            other = local.clone()
+            other[:, 0] += 10.0  # the other rank is 10 ms slower
+            other[:, 1:] *= 2.0  # and holds twice the memory
+            return torch.stack([local, other])
+
+    timer = StepTimer()
+    with_memory = {"time/step_ms": 100.0, "memory/peak_gib": 3.0, "memory/reserved_gib": 4.0}
+    without = {"time/step_ms": 50.0}
+    timer._ungathered = [(1, with_memory), (2, without)]
+    timer._gather(TwoRanks())
+    assert with_memory["time/step_ms_rank0"] == 100.0 and with_memory["time/step_ms_rank1"] == 110.0
+    assert with_memory["time/step_ms_max"] == 110.0
+    assert (with_memory["memory/peak_gib"], with_memory["memory/reserved_gib"]) == (6.0, 8.0)
+    assert without["time/step_ms_max"] == 60.0 and "memory/peak_gib" not in without
