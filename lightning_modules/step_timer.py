@@ -10,6 +10,7 @@
     perf/mfu            train FLOPs/token (lightning_modules.model.flops) x tokens/s over the GPUs' bf16 peak
     memory/peak_gib     peak allocated CUDA memory in the step (max over ranks)
     memory/reserved_gib peak memory the allocator held in the step, CUDA graphs' pools included (max over ranks)
+    memory/above_start_gib  the allocated peak less what was allocated when the step began (max over ranks)
     time/step_ms_max, time/step_ms_rank{r}      per-rank step times gathered, so a slow rank shows
 
 The split is lightning_modules.measure.step.StepMarks. Its marks are read `lag` steps late (default
@@ -161,7 +162,7 @@ class StepTimer(Callback):
     def _gather(self, pl_module) -> None:
         """Per-rank step times and the max memory peaks of every buffered record, in one all_gather."""
         records = [r for _, r in self._ungathered]
-        memory = ("memory/peak_gib", "memory/reserved_gib")
+        memory = ("memory/peak_gib", "memory/reserved_gib", "memory/above_start_gib")
         local = torch.tensor(
             [[r["time/step_ms"], *(r.get(k, 0.0) for k in memory)] for r in records],
             device=pl_module.device,

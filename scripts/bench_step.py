@@ -13,7 +13,9 @@ clipping. Variants (--backends):
 Warm-up steps (compilation, autotuning) are timed on their own, then steady-state steps alternate
 between variants. Per step (lightning_modules.measure.step): total, forward, backward and optimizer
 time, the SSD's own forward and backward time inside it (eager only: compiled graphs have no SSD
-marks), tokens/s, peak memory, MFU with the FLOP count it uses. The marks are read after the loop,
+marks), tokens/s, peak memory (the process's, every variant resident, and own_peak_gib: the variant's
+parameters, gradients and optimizer state plus what its step allocated above the step's start, i.e. its
+peak alone in a process; not under CUDA graphs), MFU with the FLOP count it uses. The marks are read after the loop,
 so measuring does not synchronize the steps it measures; the same loop run again without any marks
 gives the timer's own cost (timer_cost). --profile adds each variant's largest GPU kernels.
 
@@ -145,6 +147,10 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
             "warmup_steps": args.warmup,
             "timer_cost": timed_ms / plain_ms - 1.0,  # the whole loop with marks over the loop without
         }
+        if "above_start_gib" in med and not (compile_model and first.hparams.compile_mode == "reduce-overhead"):
+            # the variant alone in a process: what it keeps between steps plus what its step allocates on top
+            # (not under CUDA graphs, whose replays allocate from a pool recorded in warm-up)
+            rec["own_peak_gib"] = steps[label].resident_gib() + med["above_start_gib"]
         if args.profile:
             prof = gpu_kernel_ms(lambda s=steps[label]: s(batches[0], timed=False), 2)
             top = dict(list(prof["by_kernel"].items())[:20])

@@ -287,6 +287,7 @@ def step_figures(rec: dict, base: dict | None, run: dict) -> dict[str, float | N
     return {
         **{k: m.get(k) for k in STEP_COLUMNS},
         "over_base": ratio(base["median"]["step_ms"], m["step_ms"]) if other else None,
+        "own_peak_gib": rec.get("own_peak_gib"),
         "tokens_per_s": rec.get("tokens_per_s"),
         "mfu": rec.get("mfu"),
         "warmup_s": rec.get("warmup_s"),
@@ -323,7 +324,7 @@ def check_step_series(series: dict[str, list[dict]]) -> None:
 def step_section(series: list[list[dict]], spool: Pool, base: str) -> str:
     """The step table of every step series (one per benchmark setting, e.g. compile mode), captioned per series."""
     runs = [r for s in series for r in s]
-    header = ["model", "L", "batch", "mode", "backend", *STEP_COLUMNS.values(), f"step: over {base}"]
+    header = ["model", "L", "batch", "mode", "backend", *STEP_COLUMNS.values(), "own peak GiB", f"step: over {base}"]
     header += ["tokens/s", "MFU", "warm-up s"]
     rows = []
     for (size, seqlen, batch, mode), by in spool.items():
@@ -331,6 +332,7 @@ def step_section(series: list[list[dict]], spool: Pool, base: str) -> str:
             rows.append(
                 [model_text(size, by), str(seqlen), str(batch), mode, name]
                 + [cell(f[k]) if f[k] and f[k].median else "–" for k in STEP_COLUMNS]
+                + [cell(f["own_peak_gib"]) if f.get("own_peak_gib") else "–"]
                 + [cell(f["over_base"]), cell(f["tokens_per_s"], "{:,.0f}".format), cell(f["mfu"], pct1)]
                 + [cell(f["warmup_s"])]
             )
@@ -359,7 +361,9 @@ def step_section(series: list[list[dict]], spool: Pool, base: str) -> str:
         f"(– where not timed); *peak GiB*, *reserved GiB*: the most memory the process's tensors held in the step, "
         "and the most its allocator held, CUDA graphs' pools included (every variant of a run is resident at "
         "once: run one variant per process for its own figure; under CUDA graphs a replay allocates nothing, so "
-        f"only the reserved figure bounds it; – where not recorded); *over {base}*: {base}'s step time over the "
+        "only the reserved figure bounds it; – where not recorded); *own peak GiB*: the variant's parameters, "
+        "gradients and optimizer state plus what its step allocated above the step's start, i.e. its peak "
+        f"alone in a process (not under CUDA graphs); *over {base}*: {base}'s step time over the "
         "row's; MFU: analytic FLOPs per token "
         "over the dense bf16 peak of the GPU"
         + (f" ({', '.join(f'{p} TFLOP/s' for p in peak)})." if peak else f" (the JSON does not record it: no {PEAK})."),

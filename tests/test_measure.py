@@ -73,6 +73,11 @@ def test_timed_step_trains_and_keeps_each_steps_own_ssd_time():
         assert len(marks.ssd.forward) == 2 and len(marks.ssd.backward) == 2
         split = marks.read()
         assert 0 < split["ssd_forward_ms"] < split["forward_ms"] and 0 < split["ssd_backward_ms"] < split["backward_ms"]
+    # Kept between steps: fp32 parameters, their gradients, AdamW's step count and two moments per parameter.
+    params = list(model.parameters())
+    floats = 4 * sum(p.numel() for p in params) * 4  # parameter, gradient, exp_avg, exp_avg_sq
+    steps = sum(s["step"].untyped_storage().nbytes() for s in opt.state.values())
+    assert step.resident_gib() * 2**30 == floats + steps
 
 
 def test_code_fingerprint_names_the_code_not_its_caches(tmp_path):

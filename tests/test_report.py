@@ -301,7 +301,9 @@ def test_report_renders_step_series_per_compile_mode_and_compiled_amdahl_by_subt
     write(tmp_path / "kernels_t.json", kernel_run({"cutilereference": 0.5, "triton": 1.0, "cutilecutile": 0.25}))
     triton_ms = (120.0, 100.0, 110.0)
     for i, t in enumerate(triton_ms, 1):
-        write(tmp_path / f"step_c_run{i}.json", compiled_step_run(t, None))
+        run = compiled_step_run(t, None)
+        run["records"][1]["own_peak_gib"] = 7.5 + i  # triton's: 8.5, 9.5, 10.5 GiB
+        write(tmp_path / f"step_c_run{i}.json", run)
     write(tmp_path / "step_g.json", compiled_step_run(70.0, "reduce-overhead"))
     readme = tmp_path / "README.md"
     readme.write_text("<!-- headline:start -->\n<!-- headline:end -->\n")
@@ -313,6 +315,8 @@ def test_report_renders_step_series_per_compile_mode_and_compiled_amdahl_by_subt
     # One row per compile mode; each series captioned with its own runs.
     step_table = text.split("## The training step")[1].split("## Isolated speedup")[0]
     assert "| compile | triton |" in step_table and "| compile reduce-overhead | triton |" in step_table
+    triton_row = next(line for line in step_table.splitlines() if "| compile | triton |" in line)
+    assert "| 9.500 [8.500–10.5] |" in triton_row  # own peak GiB, pooled over the three runs
     assert "3 runs: step_c_run1.json, step_c_run2.json, step_c_run3.json." in step_table
     assert "1 run, a single process (a headline needs 3): step_g.json." in step_table
     # The headline shows the series measured three times and names the other.

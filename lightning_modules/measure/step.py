@@ -37,8 +37,10 @@ class StepMarks:
         self.ssd = SSDTimer()
         self.peak_gib: float | None = None
         self.reserved_gib: float | None = None
+        self.start_gib: float | None = None
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
+            self.start_gib = torch.cuda.memory_allocated(self.device) / 2**30
         kernels.ssd_timer.reset()
         self.mark("start")
 
@@ -64,13 +66,14 @@ class StepMarks:
 
     def read(self) -> dict[str, float]:
         """{step_ms, forward_ms, backward_ms, optimizer_ms, ssd_forward_ms, ssd_backward_ms[, peak_gib,
-        reserved_gib]}.
+        reserved_gib, above_start_gib]}.
 
         peak_gib: the most memory the process's tensors held during the step; reserved_gib: the most the
         allocator held, CUDA graphs' private pools included. Both are the process's: where several models
         live in it (the benchmarks' variants), each figure includes the others' weights and optimizer state.
         A CUDA-graph replay allocates nothing (its tensors live in the pool, recorded in warm-up), so under
-        CUDA graphs only reserved_gib bounds the step's memory.
+        CUDA graphs only reserved_gib bounds the step's memory. above_start_gib: peak_gib less what the
+        process held when the step began, the step's own transient memory (activations, gradients).
 
         Waits until the GPU has passed this step's end mark (not for work queued after it).
         """
@@ -90,6 +93,7 @@ class StepMarks:
         if self.peak_gib is not None:
             out["peak_gib"] = self.peak_gib
             out["reserved_gib"] = self.reserved_gib
+            out["above_start_gib"] = self.peak_gib - self.start_gib
         return out
 
 
@@ -155,6 +159,13 @@ class TimedStep:
         if marks:
             marks.end()
         return marks
+
+    def resident_gib(self) -> float:
+        """GiB the step keeps between calls on its device: parameters, their gradients, optimizer state."""
+        state = [t for s in self.optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
+        tensors = [*self.parameters, *(p.grad for p in self.parameters if p.grad is not None), *state]
+        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+        return sum(storages.values()) / 2**30
 
 
 Step = Callable[..., "StepMarks | None"]  # a TimedStep, or a wrapper with its call signature
