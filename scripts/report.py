@@ -360,7 +360,7 @@ def step_section(series: list[list[dict]], spool: Pool, base: str) -> str:
         f"Medians over the timed steps of each run; *SSD fwd/bwd*: time inside `kernels.ssd` within the step "
         f"(– where not timed); *peak GiB*, *reserved GiB*: the most memory the process's tensors held in the step, "
         "and the most its allocator held, CUDA graphs' pools included (every variant of a run is resident at "
-        "once: run one variant per process for its own figure; under CUDA graphs a replay allocates nothing, so "
+        "once: see *own peak* for a variant's own figure; under CUDA graphs a replay allocates nothing, so "
         "only the reserved figure bounds it; – where not recorded); *own peak GiB*: the variant's parameters, "
         "gradients and optimizer state plus what its step allocated above the step's start, i.e. its peak "
         f"alone in a process (not under CUDA graphs); *over {base}*: {base}'s step time over the "
