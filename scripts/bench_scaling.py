@@ -49,6 +49,7 @@ import yaml
 from bench_step import (  # the sibling script: models built as bench_step builds them
     CONFIGS,
     VARIANTS,
+    compile_mode,
     load_module,
     parse_run_arguments,
 )
@@ -100,7 +101,7 @@ def _gather(obj):
 
 def bench_variant(name: str, label: str, compile_model: bool, args, rank: int, world: int, device: torch.device):
     """This rank's figures for one variant: {phase: [split per step]}, warm-up seconds, all-reduce, warnings."""
-    module = load_module(name, label, args.seqlen, compile_model, args.compile_mode).to(device)
+    module = load_module(name, label, args.seqlen, compile_model, compile_mode(name, args)).to(device)
     model = module.model
     params = list(model.parameters())
     optimizer = module.optimizer(fused=True)  # as training under bf16-mixed or fp32: see LanguageModel

@@ -65,11 +65,10 @@ def compile_mode(name: str, args: argparse.Namespace) -> str | None:
     return yaml.safe_load(path.read_text())["model"].get("compile_mode") if path.is_file() else None
 
 
-def load_module(
-    name: str, label: str, seqlen: int, compile_model: bool, compile_mode: str | None = None
-) -> LanguageModel:
-    """LanguageModel as configs/<name>.yaml builds it, for variant `label`, compiled or not (in
-    `compile_mode` if given, else the config's). The chunk is capped at the sequence length (tiny CPU shapes).
+def load_module(name: str, label: str, seqlen: int, compile_model: bool, compile_mode: str | None) -> LanguageModel:
+    """LanguageModel as configs/<name>.yaml builds it, for variant `label`, compiled or not (in torch.compile
+    mode `compile_mode`, None its default: see compile_mode()). The chunk is capped at the sequence length
+    (tiny CPU shapes).
     """
     path = CONFIGS / f"{name}.yaml"
     if not path.is_file():
@@ -81,9 +80,7 @@ def load_module(
     backend, backward = VARIANTS[label]
     cfg = dataclasses.replace(cfg, ssd_backend=backend, ssd_backward=backward, chunk_size=min(cfg.chunk_size, seqlen))
     torch.manual_seed(0)  # the same initial weights for every variant
-    if compile_mode is not None:
-        settings["compile_mode"] = None if compile_mode == "default" else compile_mode
-    module = LanguageModel(config=cfg, **{**settings, "compile": compile_model})
+    module = LanguageModel(config=cfg, **{**settings, "compile": compile_model, "compile_mode": compile_mode})
     if label == "standin":
         torch.manual_seed(0)
         module.model = Mamba2LM(cfg, ssd=ssd_standin)
@@ -92,7 +89,8 @@ def load_module(
 
 
 def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: bool, args, device: str) -> list[dict]:
-    modules = {label: load_module(name, label, seqlen, compile_model, args.compile_mode).to(device) for label in labels}
+    mode = compile_mode(name, args)
+    modules = {label: load_module(name, label, seqlen, compile_model, mode).to(device) for label in labels}
     steps = {
         label: TimedStep(
             lambda tokens, m=m.model: next_token_loss(m, tokens),
