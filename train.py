@@ -39,7 +39,7 @@ from lightning_modules.checkpoint import (
     check_same_model,
     read_checkpoint,
 )
-from lightning_modules.language_model import LanguageModel
+from lightning_modules.language_model import LanguageModel, release_compiled_graphs
 from lightning_modules.loggers import LOGGED_RUN_KEY, LoggedRun, LoggingConfig, finish_loggers, make_loggers
 from lightning_modules.step_timer import StepTimer
 
@@ -238,4 +238,7 @@ def main(args: list[str] | None = None) -> TrainCLI:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        release_compiled_graphs()

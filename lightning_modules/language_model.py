@@ -9,6 +9,7 @@ groups come from tags set on the whole parameters (Mamba2LM), and clipping uses 
 
 from __future__ import annotations
 
+import gc
 import math
 
 import lightning as L
@@ -176,3 +177,14 @@ class LanguageModel(L.LightningModule):
         from torch.distributed.fsdp import FullyShardedDataParallel
 
         return wrapped if isinstance(wrapped, FullyShardedDataParallel) else None
+
+
+def release_compiled_graphs() -> None:
+    """Free torch.compile's code and CUDA graphs while every module is still loaded. Call it before a process
+    that trained under CUDA graphs exits: one that had trained the cuTile kernels under compile_mode
+    reduce-overhead otherwise ended with a segmentation fault during interpreter teardown, after its run
+    had finished (tests/test_train_gpu.py checks the exit code)."""
+    torch._dynamo.reset()
+    gc.collect()
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()

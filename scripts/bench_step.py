@@ -34,7 +34,7 @@ import torch
 import yaml
 
 import kernels
-from lightning_modules.language_model import LanguageModel
+from lightning_modules.language_model import LanguageModel, release_compiled_graphs
 from lightning_modules.measure.environment import available_backends, environment, peak_tflops
 from lightning_modules.measure.results import write_json
 from lightning_modules.measure.step import TimedStep, alternate, median_split, token_batches, warm_up
@@ -246,4 +246,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+    finally:
+        release_compiled_graphs()
+    sys.exit(code)
