@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, replace
 import torch
 
 import kernels
+from kernels.cutile.traffic import SSDShape, ssd_io
 from kernels.testing import random_inputs
 from lightning_modules.measure.environment import available_backends, environment
 from lightning_modules.measure.results import write_json
@@ -39,10 +40,8 @@ class Shape:
     dtype: str = "bfloat16"
 
     def bytes_moved(self) -> int:
-        """Each input read once and y written once: x, B, C, y in dtype; dt in float32."""
-        e = torch.finfo(getattr(torch, self.dtype)).bits // 8
-        b, l, h, p, g, n = self.batch, self.seqlen, self.nheads, self.headdim, self.ngroups, self.dstate
-        return e * (2 * b * l * h * p + 2 * b * l * g * n) + 4 * b * l * h
+        """Each input read once and y written once: x, B, C, y in dtype; dt in float32; A, D, dt_bias."""
+        return ssd_io(SSDShape.of(asdict(self))).total
 
     def flops(self) -> int:
         """Forward FLOPs of the chunked algorithm with full Q x Q blocks: C Bᵀ, (scores) x, chunk states, C S."""
