@@ -7,7 +7,8 @@ A benchmark is a series of runs, DIR/NAME.json and DIR/NAME_run<N>.json, each wr
 scripts/bench_kernels.py, scripts/bench_step.py or scripts/bench_scaling.py with the same settings (the
 scaling series is optional: without --scaling, scaling_h200x2 is rendered when DIR holds it). A figure is
 the median across runs of each run's own figure, with [min–max] when there are several. "X over triton" is triton's time
-over X's (above 1: X is faster), taken within each run, where the backends alternate, before pooling.
+over X's (above 1: X is faster), taken within each run, where the backends alternate, before pooling. The SSD
+alone is also shown per kernel, each cuTile stage against its memory floor (kernels/cutile/traffic.py).
 Backends, shapes, modes and captions are read from the JSON; plots and reconciliation.json are written
 beside it, BENCHMARKS.md into --out, and README.md's headline block there is refreshed when present.
 This script states no conclusions: they live in results/notes.md, dated, naming the files they rest on.
@@ -19,13 +20,19 @@ predicted step speedup is 1 / ((1 - s) + s / k).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import re
 import statistics
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kernels.cutile.traffic import Profiled
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADLINE_START, HEADLINE_END = "<!-- headline:start -->", "<!-- headline:end -->"
@@ -267,6 +274,122 @@ def kernel_section(runs: list[dict], kpool: Pool, base: str) -> str:
             table(header, rows),
         ]
     )
+
+
+# ---- the SSD alone, per kernel --------------------------------------------------------------------------
+
+OTHER = "other kernels"  # the call's GPU time less that of the kernels its record lists
+FUNCTOR = re.compile(r"\b\w*(?:Functor|functor)\w*|\b\w+_kernel(?:_cuda)?\b")  # what a C++ kernel was built with
+
+
+def traffic():
+    """kernels.cutile.traffic, imported on first use: it loads torch, which only records with per-kernel times need."""
+    from kernels.cutile import traffic as module
+
+    return module
+
+
+@functools.cache
+def cutile_kernel(name: str) -> Profiled | None:
+    """The cuTile SSD stage and constants of a profiled kernel's name (kernels.cutile.traffic.profiled), or None."""
+    return traffic().profiled(name)
+
+
+def short_name(name: str) -> str:
+    """A profiled kernel's name as shown: a cuTile stage's name; another kernel's function name (with its namespace
+    where the name alone is `kernel`) and the functor or first named template argument it was instantiated with."""
+    found = cutile_kernel(name)
+    if found:
+        return found.stage
+    depth, outside = 0, []
+    for ch in name:  # the name without its template arguments and parameter lists
+        depth += (ch in "<(") - (ch in ">)")
+        outside += [ch] if depth == 0 and ch not in ">)" else []
+    parts = ("".join(outside).split() or [name])[-1].split("::")
+    function = "::".join(parts[-2:]) if parts[-1] == "kernel" else parts[-1]
+    functors = [f for f in FUNCTOR.findall(name) if f != parts[-1]]
+    first = re.match(r"[^<(]*<\s*([A-Za-z]\w*_\w+)", name)  # the first template argument, when it is a name
+    detail = functors[-1] if functors else first[1] if first else None
+    return f"{function} ({detail})" if detail else function
+
+
+def shown_names(names: Iterable[str]) -> dict[str, str]:
+    """Full name -> the table's name in code font. A short name several kernels share gets what tells them apart:
+    a cuTile stage the specialization constants its kernels differ in (Q: the chunk size), others a number."""
+    by_short: dict[str, list[str]] = {}
+    for name in names:
+        by_short.setdefault(short_name(name), []).append(name)
+    shown = {}
+    for short, full in by_short.items():
+        consts = [getattr(cutile_kernel(n), "constants", None) for n in full]
+        differ = [k for k in consts[0] or {} if len({repr(c.get(k)) for c in consts if c is not None}) > 1]
+        if len(full) > 1 and all(c is not None for c in consts) and differ:
+            shown |= {n: f"`{short}` ({', '.join(f'{k} {c.get(k)}' for k in differ)})" for n, c in zip(full, consts)}
+        else:
+            shown |= {n: f"`{short}`" + (f" #{i}" if len(full) > 1 else "") for i, n in enumerate(full, 1)}
+    return shown
+
+
+def per_kernel_figures(rec: dict, base: dict | None, run: dict) -> dict[tuple[str, str], float | None]:
+    """(kernel, figure) -> value for each kernel in the record's top_kernels_ms: "ms" per call and, for a cuTile
+    stage, "floor_MB", "floor_us" (at the run's copy ceiling) and "of_floor" (floor over measured)."""
+    top = rec.get("top_kernels_ms") or {}
+    out: dict[tuple[str, str], float | None] = {}
+    for name, ms in top.items():
+        out[(name, "ms")] = ms
+        found = cutile_kernel(name)
+        if found and found.constants is not None:
+            model = traffic()
+            moved = model.stage_traffic(found.stage, model.SSDShape.of(rec["shape"]), found.constants).total
+            floor_us = ratio(moved / 1e3, run.get("ceilings", {}).get("copy_GBps"))
+            out |= {(name, "floor_MB"): moved / 1e6, (name, "floor_us"): floor_us}
+            out[(name, "of_floor")] = ratio(floor_us, ms * 1e3)
+    if top and rec.get("kernels_per_call", 0) > len(top) and rec.get("gpu_ms") is not None:
+        out[(OTHER, "ms")] = max(0.0, rec["gpu_ms"] - sum(top.values()))
+    return out
+
+
+def per_kernel_section(runs: list[dict]) -> str:
+    """A table per pass and shape: each backend's kernels, GPU ms per call, and a cuTile stage's memory floor."""
+    ppool = pool(runs, shape_key, per_kernel_figures, "")
+    listed = Counter((shape_key(r), label(r)) for run in runs for r in run["records"] if r.get("top_kernels_ms"))
+    fields, _ = varying(dict(k[1]) for k in ppool)
+    header = ["backend", "kernel", "GPU ms", "floor MB", "floor µs", "of floor"]
+    parts = []
+    for key in kernel_keys(ppool):
+        by = {name: f for name, f in ppool[key].items() if f}  # the backends with per-kernel times
+        if not by:
+            continue
+        names = shown_names(ordered(n for f in by.values() for n, _ in f if n != OTHER))
+        rows = []
+        for backend, f in by.items():
+            timed = [n for n in ordered(n for n, _ in f) if f.get((n, "ms"))]
+            for n in sorted(timed, key=lambda n: (n == OTHER, -f[(n, "ms")].median)):
+                ms, floor_mb, floor_us, of_floor = (
+                    f.get((n, fig)) for fig in ("ms", "floor_MB", "floor_us", "of_floor")
+                )
+                some = f" (in {ms.n} of {listed[key, backend]} runs)" if ms.n < listed[key, backend] else ""
+                model = "" if floor_mb is None else f"{floor_mb.median:,.1f}"  # the same in every run: one shape
+                rows.append([backend, names.get(n, n) + some, cell(ms), model, cell(floor_us), cell(of_floor, pct)])
+        shape = shape_text(dict(key[1]), fields)
+        parts += [f"#### {MODE_NAMES.get(key[0], key[0])}" + (f", {shape}" if shape else ""), "", table(header, rows)]
+        parts += [""]
+    lines = [
+        "### GPU time per kernel",
+        "",
+        "GPU ms per call of each kernel a record lists (`top_kernels_ms`: torch.profiler's largest kernels of the "
+        f"call; *{OTHER}*: the call's GPU time less theirs, where it launched more). cuTile kernels go by their "
+        "stage (kernels/cutile/*STAGE*.py) and, where a stage ran in several specializations, the constants that "
+        "differ (Q: the chunk size); others by their function and the functor or template argument they were "
+        "built with (#1, #2: kernels whose names shorten alike). *floor MB*: the bytes the stage must move at the "
+        "row's shape and its own chunk size, each tensor it reads read once and each it writes written once "
+        "(kernels/cutile/traffic.py); *floor µs*: those bytes at the copy ceiling measured in the same process; "
+        "*of floor*: the floor over the measured time. Kernels launched more than once per call in one "
+        "specialization show once, their time summed, against one launch's floor.",
+        "",
+        *parts,
+    ]
+    return "\n".join(lines).rstrip() if parts else "No per-kernel GPU times in the JSON (`top_kernels_ms`)."
 
 
 # ---- the training step ----------------------------------------------------------------------------------
@@ -922,6 +1045,8 @@ def main(argv: list[str] | None = None) -> int:
         *[f"![{p.stem}]({relative(p, args.out)})" for p in pngs],
         "",
         kernel_section(krun, kpool, base),
+        "",
+        per_kernel_section(krun),
         "",
         step_section(sseries, spool, base),
         "",
