@@ -53,6 +53,7 @@ SEED = Shape(4, 16384, 8, 64, 128)
 STEP = Shape(8, 2048, 24, 64, 128)  # one layer's SSD in the 130M layout's step (configs/medium.yaml, batch 8)
 SWEEP = [Shape(4, l, 8, 64, n) for n in (64, 128) for l in (2048, 4096, 8192, 16384)]
 TINY = [Shape(1, 96, 2, 16, 8, chunk_size=32, dtype="float32")]
+TOP_KERNELS = 16  # kernels per record whose GPU times are kept (a cuTile forward + backward launches 10 kinds)
 SHAPE_SETS = {"seed": [SEED], "step": [STEP], "sweep": SWEEP, "tiny": TINY}
 
 
@@ -145,7 +146,8 @@ def bench_shape(shape: Shape, variants: list[str], modes: list[str], repeats: in
                 "wall_ms": wall,
                 "gpu_ms": gpu_ms,
                 "kernels_per_call": launches,
-                "top_kernels_ms": dict(list(prof["by_kernel"].items())[:8]),
+                "top_kernels_ms": (top := dict(list(prof["by_kernel"].items())[:TOP_KERNELS])),
+                "kernel_launches": {name: prof["launches"][name] for name in top},  # per call
                 "warmup_s": warmup[backend],
                 "GBps_gpu": shape.bytes_moved() / gpu_ms / 1e6 if gpu_ms == gpu_ms else None,
                 "TFLOPs_gpu": (shape.flops() * (1 if mode == "fwd" else 3)) / gpu_ms / 1e9

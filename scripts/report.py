@@ -334,6 +334,7 @@ def per_kernel_figures(rec: dict, base: dict | None, run: dict) -> dict[tuple[st
     """(kernel, figure) -> value for each kernel in the record's top_kernels_ms: "ms" per call and, for a cuTile
     stage, "floor_MB", "floor_us" (at the run's copy ceiling) and "of_floor" (floor over measured)."""
     top = rec.get("top_kernels_ms") or {}
+    launches = rec.get("kernel_launches") or {}  # per call; absent in older JSON: one launch assumed
     out: dict[tuple[str, str], float | None] = {}
     for name, ms in top.items():
         out[(name, "ms")] = ms
@@ -341,6 +342,7 @@ def per_kernel_figures(rec: dict, base: dict | None, run: dict) -> dict[tuple[st
         if found and found.constants is not None:
             model = traffic()
             moved = model.stage_traffic(found.stage, model.SSDShape.of(rec["shape"]), found.constants).total
+            moved *= launches.get(name, 1)
             floor_us = ratio(moved / 1e3, run.get("ceilings", {}).get("copy_GBps"))
             out |= {(name, "floor_MB"): moved / 1e6, (name, "floor_us"): floor_us}
             out[(name, "of_floor")] = ratio(floor_us, ms * 1e3)
@@ -384,8 +386,9 @@ def per_kernel_section(runs: list[dict]) -> str:
         "built with (#1, #2: kernels whose names shorten alike). *floor MB*: the bytes the stage must move at the "
         "row's shape and its own chunk size, each tensor it reads read once and each it writes written once "
         "(kernels/cutile/traffic.py); *floor µs*: those bytes at the copy ceiling measured in the same process; "
-        "*of floor*: the floor over the measured time. Kernels launched more than once per call in one "
-        "specialization show once, their time summed, against one launch's floor.",
+        "*of floor*: the floor over the measured time. A kernel launched more than once per call in one "
+        "specialization shows once, its time summed, against the floor of all its launches (`kernel_launches`; "
+        "JSON without it: one launch's floor).",
         "",
         *parts,
     ]

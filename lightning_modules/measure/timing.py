@@ -41,12 +41,14 @@ def wall_ms(fn: Callable[[], Any], calls: int) -> float:
 
 
 def gpu_kernel_ms(fn: Callable[[], Any], calls: int) -> dict[str, Any]:
-    """GPU kernel time per call from torch.profiler: {"ms", "kernels" (launches per call), "by_kernel"}.
+    """GPU kernel time per call from torch.profiler: {"ms", "kernels" (launches per call), "by_kernel",
+    "launches"}.
 
-    by_kernel maps each kernel name to its milliseconds per call, largest first. Off GPU: ms is nan.
+    by_kernel maps each kernel name to its milliseconds per call, largest first; launches maps it to its
+    launches per call. Off GPU: ms is nan.
     """
     if not torch.cuda.is_available():
-        return {"ms": float("nan"), "kernels": 0, "by_kernel": {}}
+        return {"ms": float("nan"), "kernels": 0, "by_kernel": {}, "launches": {}}
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
@@ -55,13 +57,19 @@ def gpu_kernel_ms(fn: Callable[[], Any], calls: int) -> dict[str, Any]:
             fn()
         torch.cuda.synchronize()
     by_kernel: dict[str, float] = {}
-    count = 0
+    launches: dict[str, int] = {}
     for evt in prof.events():
         if evt.device_type == torch.autograd.DeviceType.CUDA and not evt.is_user_annotation:
             by_kernel[evt.name] = by_kernel.get(evt.name, 0.0) + evt.device_time / 1e3 / calls
-            count += 1
+            launches[evt.name] = launches.get(evt.name, 0) + 1
     ranked = dict(sorted(by_kernel.items(), key=lambda kv: -kv[1]))
-    return {"ms": sum(ranked.values()), "kernels": count // max(calls, 1), "by_kernel": ranked}
+    per_call = {name: launches[name] / max(calls, 1) for name in ranked}
+    return {
+        "ms": sum(ranked.values()),
+        "kernels": round(sum(per_call.values())),
+        "by_kernel": ranked,
+        "launches": per_call,
+    }
 
 
 def ceilings() -> dict[str, float]:
