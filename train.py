@@ -5,8 +5,8 @@
     python train.py --config configs/small.yaml --model.config.ssd_backend cutile --trainer.devices 2 --trainer.strategy ddp
     python train.py --help                                                   # every key
 
-Keys: trainer.* (Lightning Trainer), model.* (lightning_modules.LanguageModel), data.*
-(data.TextDataModule), step_timer.* (lightning_modules.StepTimer), checkpoint.*
+Keys: trainer.* (Lightning Trainer), model.* (lightning_modules.language_model.LanguageModel), data.*
+(data.datamodule.TextDataModule), step_timer.* (lightning_modules.step_timer.StepTimer), checkpoint.*
 (lightning_modules.checkpoint.StepCheckpoint), logging.* (loggers), ckpt_path. Unknown keys are errors.
 data.vocab_size sets model.config.vocab_size.
 
@@ -19,6 +19,7 @@ shows the full traceback instead.
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import sys
@@ -27,7 +28,7 @@ import warnings
 from pathlib import Path
 
 import torch
-from jsonargparse import ArgumentError
+from jsonargparse import ArgumentError, DefaultHelpFormatter
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
@@ -44,6 +45,10 @@ from lightning_modules.loggers import LOGGED_RUN_KEY, LoggedRun, LoggingConfig, 
 from lightning_modules.step_timer import StepTimer
 
 DEBUG_FLAG = "--debug"
+
+
+class HelpFormatter(DefaultHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """--help keeps the module docstring's lines (its examples) as written."""
 
 
 class GracefulStop(Callback):
@@ -127,7 +132,8 @@ class TrainCLI(LightningCLI):
         if spec == "last" and not path.is_file():
             raise CheckpointError(
                 f"--ckpt_path last: no checkpoint to resume in {str(path.parent)!r} (no last.ckpt); "
-                "drop --ckpt_path to start a fresh run, or set trainer.default_root_dir to the run to resume"
+                "drop --ckpt_path to start a fresh run, or point checkpoint.dirpath (default "
+                "<trainer.default_root_dir>/checkpoints) at the run to resume"
             )
         checkpoint = read_checkpoint(path, mmap=True)
         check_same_model(checkpoint, self.model, path)
@@ -198,7 +204,8 @@ def main(args: list[str] | None = None) -> TrainCLI:
             save_config_kwargs={"overwrite": True},
             trainer_defaults={"precision": "bf16-mixed" if torch.cuda.is_available() else "32-true"},
             seed_everything_default=1234,
-            parser_kwargs={"description": __doc__, "exit_on_error": False},
+            parser_kwargs={"description": __doc__, "exit_on_error": False, "formatter_class": HelpFormatter},
+            auto_configure_optimizers=False,  # the optimizer and schedule are LanguageModel's (model.lr, ...)
         )
     except KeyboardInterrupt:
         _fail("interrupted before training began", 130)

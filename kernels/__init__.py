@@ -1,7 +1,7 @@
 """The Mamba-2 SSD: one entry point, several backends.
 
     y, final_state = kernels.ssd(x, dt, A, B, C, chunk_size, D=None, dt_bias=None, dt_softplus=False,
-                                 initial_states=None, return_final_states=True, backend="auto",
+                                 initial_states=None, return_final_states=False, backend="auto",
                                  backward="reference")
 
 The signature follows mamba_ssm's `mamba_chunk_scan_combined`, so code written for it can swap in.
@@ -95,10 +95,11 @@ def _check_values(A: Tensor) -> None:
     """
     if torch.compiler.is_compiling() or not (A.device.type == "cpu" or _debug["checks"]):
         return
-    if bool((A >= 0).any()):
+    if bool((A >= 0).any()) or not bool(torch.isfinite(A).all()):
         raise ValueError(
-            f"A must be negative (the state decays by exp(dt * A)); got max(A) = {A.max().item():.4g}. "
-            "Mamba-2 parameterizes it as A = -exp(A_log)."
+            f"A must be negative and finite (the state decays by exp(dt * A)); got max(A) = {A.max().item():.4g}. "
+            "Mamba-2 parameterizes it as A = -exp(A_log): 0 or a non-finite value there means A_log diverged "
+            "in training (a lower model.lr may help)."
         )
 
 

@@ -22,6 +22,8 @@ import lightning_modules.strategies  # noqa: F401  (registers the "ddp" and "fsd
 from kernels.timing import Mark
 from lightning_modules.model.mamba2 import Mamba2Config, Mamba2LM, next_token_loss
 
+COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile's
+
 
 class LanguageModel(L.LightningModule):
     def __init__(
@@ -50,9 +52,15 @@ class LanguageModel(L.LightningModule):
         super().__init__()
         if lr <= 0:
             raise ValueError(f"model.lr must be positive, got {lr}")
+        if compile_mode not in COMPILE_MODES:
+            modes = ", ".join(str(m) for m in COMPILE_MODES)
+            raise ValueError(f"model.compile_mode must be one of {modes}; got {compile_mode!r}")
         self.save_hyperparameters()
         self.config = config
-        self.model = Mamba2LM(config)
+        try:
+            self.model = Mamba2LM(config)
+        except ValueError as err:
+            raise ValueError(f"model.config: {err}") from err
         self.parameter_count = self.model.num_parameters()  # before any sharding
         self.val_loss = MeanMetric()
         self._compiled = False
@@ -68,6 +76,11 @@ class LanguageModel(L.LightningModule):
         """Say which SSD backend runs here (an error naming the reason if the configured one cannot)."""
         device = self.device
         name = kernels.resolve(self.config.ssd_backend, device.type, device.index)
+        if self.config.ssd_backward != "reference" and name != "cutile":
+            raise ValueError(
+                f"model.config.ssd_backward {self.config.ssd_backward!r} needs the cutile backend, but "
+                f"ssd_backend {self.config.ssd_backend!r} resolved to {name!r} here; use ssd_backward reference"
+            )
         kernels.set_autotune(self.hparams.cutile_autotune)
         rank_zero_info(f"SSD backend: {name} (configured: {self.config.ssd_backend}, device: {device})")
 
@@ -94,8 +107,8 @@ class LanguageModel(L.LightningModule):
         copied.synchronize()
         if not torch.isfinite(value):
             raise FloatingPointError(
-                f"non-finite training loss ({value.item()}) at step {step}. The last checkpoint is intact: "
-                "resume with --ckpt_path last, e.g. with a lower model.lr."
+                f"non-finite training loss ({value.item()}) at step {step}: the run diverged (a lower model.lr "
+                "may help)"
             )
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:

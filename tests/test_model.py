@@ -79,6 +79,8 @@ def test_initial_loss_is_near_uniform():
         (dict(headdim=12), "divisible by headdim"),
         (dict(ngroups=3), "divisible by ngroups"),
         (dict(n_layer=0), "n_layer must be positive"),
+        (dict(ngroups=0), "ngroups must be positive"),
+        (dict(headdim=0), "headdim must be positive"),
     ],
 )
 def test_bad_configs(change, message):

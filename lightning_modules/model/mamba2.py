@@ -80,16 +80,13 @@ class Mamba2Config:
             raise ValueError(
                 f"ssd_backward {self.ssd_backward!r} is the cutile backend's; ssd_backend is {self.ssd_backend!r}"
             )
-        if self.d_inner % self.headdim != 0:
-            raise ValueError(f"expand * d_model = {self.d_inner} must be divisible by headdim = {self.headdim}")
-        if self.nheads % self.ngroups != 0:
-            raise ValueError(f"nheads = {self.nheads} must be divisible by ngroups = {self.ngroups}")
         for name in (
             "vocab_size",
             "d_model",
             "n_layer",
             "d_state",
             "headdim",
+            "ngroups",
             "expand",
             "d_conv",
             "chunk_size",
@@ -97,6 +94,10 @@ class Mamba2Config:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.d_inner % self.headdim != 0:
+            raise ValueError(f"expand * d_model = {self.d_inner} must be divisible by headdim = {self.headdim}")
+        if self.nheads % self.ngroups != 0:
+            raise ValueError(f"nheads = {self.nheads} must be divisible by ngroups = {self.ngroups}")
 
 
 class RMSNorm(nn.Module):

@@ -1,0 +1,46 @@
+"""train.py's command line: its help, the keys it refuses, and configuration errors caught before training
+(exit 2, one line) rather than in the first step."""
+
+from __future__ import annotations
+
+import pytest
+
+import train
+from tests.helpers import tiny_args
+from tests.test_errors import _fails_in_one_line
+
+pytestmark = pytest.mark.slow
+
+
+def test_help_shows_the_examples_as_written(capsys):
+    with pytest.raises(SystemExit) as done:
+        train.main(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "\n    python train.py --config configs/tiny.yaml --ckpt_path last              # resume\n" in out
+    assert "--optimizer" not in out and "--lr_scheduler" not in out  # the optimizer is model.*'s
+
+
+def test_optimizer_and_scheduler_keys_are_refused(tmp_path, corpus, capsys):
+    line = _fails_in_one_line(capsys, tiny_args(tmp_path, corpus, "--optimizer=SGD"))
+    assert "--optimizer" in line and "--help" in line
+
+
+def test_model_settings_are_checked_before_training(tmp_path, corpus, capsys):
+    line = _fails_in_one_line(capsys, tiny_args(tmp_path / "a", corpus, "--model.compile_mode=fast"))
+    assert "model.compile_mode must be one of" in line and "'fast'" in line
+    line = _fails_in_one_line(capsys, tiny_args(tmp_path / "b", corpus, "--model.config.ngroups=0"))
+    assert "model.config: ngroups must be positive" in line
+    # The cuTile backward with a backend that resolves to another one here (auto -> torch on a CPU)
+    line = _fails_in_one_line(
+        capsys, tiny_args(tmp_path / "c", corpus, "--model.config.ssd_backward=cutile", "--logging.wandb=false")
+    )
+    assert "ssd_backward 'cutile' needs the cutile backend" in line and "resolved to 'torch'" in line
+    assert not (tmp_path / "c" / "checkpoints").exists()
+
+
+def test_a_diverged_run_says_so_and_claims_no_checkpoint(tmp_path, corpus, capsys):
+    args = tiny_args(tmp_path, corpus, "--model.lr=100", "--model.warmup_steps=1", "--trainer.max_steps=20")
+    line = _fails_in_one_line(capsys, [*args, "--logging.wandb=false"], code=1)
+    assert "diverged" in line and "No checkpoint was written yet." in line
+    assert not (tmp_path / "checkpoints" / "last.ckpt").exists()
