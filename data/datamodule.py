@@ -97,14 +97,14 @@ class TextDataModule(L.LightningDataModule):
         """
         super().__init__()
         if not 0.0 < val_fraction < 1.0:
-            raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+            raise ValueError(f"data.val_fraction must be in (0, 1), got {val_fraction}")
         if sample_by not in ("document", "paragraph", "line"):
-            raise ValueError(f"sample_by must be document, paragraph or line, got {sample_by!r}")
+            raise ValueError(f"data.sample_by must be document, paragraph or line, got {sample_by!r}")
         for name, value in (("vocab_size", vocab_size), ("seq_len", seq_len), ("batch_size", batch_size)):
             if value < 1:
-                raise ValueError(f"{name} must be positive, got {value}")
+                raise ValueError(f"data.{name} must be positive, got {value}")
         if vocab_size < 257:
-            raise ValueError(f"vocab_size must be at least 257 (256 bytes + EOS), got {vocab_size}")
+            raise ValueError(f"data.vocab_size must be at least 257 (256 bytes + EOS), got {vocab_size}")
         self.save_hyperparameters()
         self.corpus, self.text_field, self.sample_by = corpus, text_field, sample_by
         self.max_documents, self.val_fraction, self.seed = max_documents, val_fraction, seed

@@ -44,3 +44,8 @@ def test_a_diverged_run_says_so_and_claims_no_checkpoint(tmp_path, corpus, capsy
     line = _fails_in_one_line(capsys, [*args, "--logging.wandb=false"], code=1)
     assert "diverged" in line and "No checkpoint was written yet." in line
     assert not (tmp_path / "checkpoints" / "last.ckpt").exists()
+
+
+def test_data_errors_name_the_key(tmp_path, corpus, capsys):
+    line = _fails_in_one_line(capsys, tiny_args(tmp_path, corpus, "--data.batch_size=0"))
+    assert "data.batch_size must be positive, got 0" in line
