@@ -99,7 +99,7 @@ def _check_values(A: Tensor) -> None:
         raise ValueError(
             f"A must be negative and finite (the state decays by exp(dt * A)); got max(A) = {A.max().item():.4g}. "
             "Mamba-2 parameterizes it as A = -exp(A_log): 0 or a non-finite value there means A_log diverged "
-            "in training (a lower model.lr may help)."
+            "in training (a lower learning rate may help)."
         )
 
 
