@@ -119,3 +119,13 @@ def test_generate_errors_are_one_line(tmp_path):
         done = run_script("scripts/generate.py", str(path))
         assert done.returncode == 2 and "Traceback" not in done.stderr
         assert expected in done.stderr.strip().splitlines()[-1]
+
+
+def test_generate_refuses_bad_sampling_settings_before_reading_the_checkpoint(tmp_path):
+    """--top_k 0 once ended in an IndexError; each bad setting is named in one line, and the checkpoint (here
+    missing) is not read first."""
+    for flag, value in (("--top_k", "0"), ("--top_k", "-3"), ("--temperature", "-0.5"), ("--temperature", "nan")):
+        done = run_script("scripts/generate.py", str(tmp_path / "missing.ckpt"), flag, value)
+        assert done.returncode == 2 and done.stdout == "", (flag, value, done.stderr[-2000:])
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"generate.py: error: {flag} must be"), lines
