@@ -14,6 +14,7 @@ and TFLOP/s of the chunked algorithm, against ceilings measured in the same run.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -55,6 +56,7 @@ SWEEP = [Shape(4, l, 8, 64, n) for n in (64, 128) for l in (2048, 4096, 8192, 16
 TINY = [Shape(1, 96, 2, 16, 8, chunk_size=32, dtype="float32")]
 TOP_KERNELS = 16  # kernels per record whose GPU times are kept (a cuTile forward + backward launches 10 kinds)
 SHAPE_SETS = {"seed": [SEED], "step": [STEP], "sweep": SWEEP, "tiny": TINY}
+MODES = ("fwd", "fwd_bwd")  # the forward alone (no autograd), forward + backward (gradients of every input)
 
 
 def make_inputs(shape: Shape, device: str, requires_grad: bool) -> dict[str, torch.Tensor]:
@@ -137,6 +139,7 @@ def bench_shape(shape: Shape, variants: list[str], modes: list[str], repeats: in
         for backend in backends_here:
             prof = gpu_kernel_ms(fns[backend], min(calls, 5))
             gpu_ms, launches = prof["ms"], prof["kernels"]
+            measured = math.isfinite(gpu_ms)  # off GPU there is no kernel time: null in the JSON (JSON has no NaN)
             wall = summarize(samples[backend])
             rec = {
                 "shape": asdict(shape),
@@ -144,15 +147,13 @@ def bench_shape(shape: Shape, variants: list[str], modes: list[str], repeats: in
                 "backend": split(backend)[0],
                 "backward": split(backend)[1],
                 "wall_ms": wall,
-                "gpu_ms": gpu_ms,
+                "gpu_ms": gpu_ms if measured else None,
                 "kernels_per_call": launches,
                 "top_kernels_ms": (top := dict(list(prof["by_kernel"].items())[:TOP_KERNELS])),
                 "kernel_launches": {name: prof["launches"][name] for name in top},  # per call
                 "warmup_s": warmup[backend],
-                "GBps_gpu": shape.bytes_moved() / gpu_ms / 1e6 if gpu_ms == gpu_ms else None,
-                "TFLOPs_gpu": (shape.flops() * (1 if mode == "fwd" else 3)) / gpu_ms / 1e9
-                if gpu_ms == gpu_ms
-                else None,
+                "GBps_gpu": shape.bytes_moved() / gpu_ms / 1e6 if measured else None,
+                "TFLOPs_gpu": (shape.flops() * (1 if mode == "fwd" else 3)) / gpu_ms / 1e9 if measured else None,
             }
             records.append(rec)
             print(
@@ -164,6 +165,12 @@ def bench_shape(shape: Shape, variants: list[str], modes: list[str], repeats: in
         if device == "cuda":
             torch.cuda.empty_cache()
     return records
+
+
+def fail(message: str) -> int:
+    """One line on stderr; exit code 2 (bad input: nothing was measured)."""
+    print(f"bench_kernels.py: error: {message}", file=sys.stderr)
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -179,20 +186,22 @@ def main(argv: list[str] | None = None) -> int:
         default="cutile,cutile:cutile,triton,torch",
         help="comma-separated; NAME:BACKWARD picks the cutile backward (cutile:cutile); unavailable ones are skipped",
     )
-    ap.add_argument("--modes", default="fwd,fwd_bwd")
+    ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated: {', '.join(MODES)}")
     ap.add_argument("--chunk", type=int, default=None, help="chunk size for every shape (default: each shape's, 128)")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--calls", type=int, default=20, help="calls per timed repeat")
     ap.add_argument("--autotune", action="store_true", help="tune cuTile block sizes per shape (cached on disk)")
     args = ap.parse_args(argv)
+    names = [name.strip() for name in args.shapes.split(",")]
+    modes = list(dict.fromkeys(mode.strip() for mode in args.modes.split(",")))
+    for option, given, known in (("--shapes", names, SHAPE_SETS), ("--modes", modes, MODES)):
+        unknown = [name for name in given if name not in known]
+        if unknown:
+            return fail(f"{option}: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(known)}")
 
     torch.set_float32_matmul_precision("high")  # as train.py: float32 matmuls may use TF32
     device = "cuda" if torch.cuda.is_available() else "cpu"
     kernels.set_autotune(args.autotune)
-    names = [name.strip() for name in args.shapes.split(",")]
-    unknown = [name for name in names if name not in SHAPE_SETS]
-    if unknown:
-        ap.error(f"unknown shape sets {unknown}; choose from {', '.join(SHAPE_SETS)}")
     shapes = list(dict.fromkeys(shape for name in names for shape in SHAPE_SETS[name]))
     if args.chunk is not None:
         shapes = [replace(shape, chunk_size=args.chunk) for shape in shapes]
@@ -200,13 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     backends, skipped = available_backends(",".join(dict.fromkeys(split(v)[0] for v in variants)), device)
     variants = [v for v in variants if split(v)[0] in backends]
     if not variants:
-        print("no backend can run here", file=sys.stderr)
-        return 2
+        return fail(f"no backend of --backends {args.backends} can run here")
     env = environment()
     print(env, flush=True)
     records = []
     for shape in shapes:
-        records += bench_shape(shape, variants, args.modes.split(","), args.repeats, args.calls, device)
+        records += bench_shape(shape, variants, modes, args.repeats, args.calls, device)
     payload = {
         "kind": "bench_kernels",
         "environment": env,

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,20 +24,50 @@ def _run(script: str, *args: str) -> subprocess.CompletedProcess:
     return done
 
 
+def _strict_json(text: str):
+    """json.loads that refuses NaN and Infinity, which Python writes but JSON does not have."""
+
+    def refuse(constant: str):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
 def test_bench_kernels_writes_json(tmp_path):
     out = tmp_path / "k.json"
     _run(
         "bench_kernels.py",
         *("--shapes", "tiny", "--backends", "torch,cutile", "--repeats", "2", "--calls", "2", "--out", str(out)),
     )
-    data = json.loads(out.read_text())
+    data = _strict_json(out.read_text())
     assert data["kind"] == "bench_kernels" and data["environment"]["torch"]
     assert "cutile" in data["settings"]["skipped"]
     modes = {r["mode"] for r in data["records"]}
     assert modes == {"fwd", "fwd_bwd"}
     for r in data["records"]:
         assert r["backend"] == "torch" and r["wall_ms"]["median"] > 0 and r["wall_ms"]["n"] == 2
+        if torch.cuda.is_available():
+            assert r["gpu_ms"] > 0 and r["GBps_gpu"] > 0
+        else:  # no kernel time off GPU: null, and nothing derived from it
+            assert r["gpu_ms"] is None and r["GBps_gpu"] is None and r["TFLOPs_gpu"] is None
     assert data["tuning"] == {}  # no cuTile kernel ran
+
+
+def test_bench_kernels_refuses_unknown_modes_and_shapes_in_one_line(tmp_path):
+    for option, value, unknown in (("--modes", "fwd,bogus", "'bogus'"), ("--shapes", "seed,huge", "'huge'")):
+        done = subprocess.run(
+            [sys.executable, "scripts/bench_kernels.py", option, value, "--out", str(tmp_path / "k.json")],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 2 and done.stdout == "", done.stderr[-2000:]
+        assert done.stderr.strip().splitlines() == [
+            f"bench_kernels.py: error: {option}: unknown {unknown}; choose from "
+            + ("fwd, fwd_bwd" if option == "--modes" else "seed, step, sweep, tiny")
+        ]
+        assert not (tmp_path / "k.json").exists()
 
 
 def test_bench_step_writes_json(tmp_path):
