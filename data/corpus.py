@@ -1,10 +1,11 @@
 """Where the text comes from: the embedded default, local files, or a hub dataset, as a `datasets.Dataset`.
 
     corpus: stdlib                 the running Python's standard library sources (every machine has them)
-    corpus: path/to/dir_or_file    .txt .md .py .rst (text) | .jsonl .json | .parquet, a directory, or a glob
+    corpus: path/to/dir_or_file    .txt .text .md .py .rst (text) | .jsonl .json | .parquet, a directory, or a glob
     corpus: hub:owner/name[:config]   a Hugging Face hub dataset (needs network)
 
-Every source becomes one dataset with a single "text" column, one row per document.
+Every source becomes one dataset with a single "text" column, one row per document. A directory contributes
+its files with these suffixes and skips the others; a file or a glob's files with another suffix are refused.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import datasets
 TEXT_SUFFIXES = {".txt", ".md", ".py", ".rst", ".text"}
 JSON_SUFFIXES = {".jsonl", ".json"}
 PARQUET_SUFFIXES = {".parquet"}
+SUFFIXES = TEXT_SUFFIXES | JSON_SUFFIXES | PARQUET_SUFFIXES
 STDLIB_SKIP = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
 
 
@@ -32,20 +34,26 @@ def stdlib_files() -> list[str]:
 
 
 def local_files(spec: str) -> list[str]:
-    """Files named by a path, a directory (searched recursively) or a glob; raises naming what is missing."""
+    """Files named by a path, a directory (searched recursively) or a glob (its files; directories it matches
+    are not searched); raises naming what is missing, or the first file whose suffix is not in SUFFIXES."""
     if any(ch in spec for ch in "*?["):
-        files = sorted(glob.glob(spec, recursive=True))
+        files = sorted(f for f in glob.glob(spec, recursive=True) if os.path.isfile(f))
         if not files:
             raise FileNotFoundError(f"corpus glob {spec!r} matches no files")
     elif os.path.isdir(spec):
-        known = TEXT_SUFFIXES | JSON_SUFFIXES | PARQUET_SUFFIXES
-        files = sorted(str(p) for p in Path(spec).rglob("*") if p.is_file() and p.suffix in known)
+        files = sorted(str(p) for p in Path(spec).rglob("*") if p.is_file() and p.suffix in SUFFIXES)
         if not files:
-            raise FileNotFoundError(f"corpus directory {spec!r} holds no {', '.join(sorted(known))} files")
+            raise FileNotFoundError(f"corpus directory {spec!r} holds no {', '.join(sorted(SUFFIXES))} files")
     elif os.path.isfile(spec):
         files = [spec]
     else:
         raise FileNotFoundError(f"corpus path {spec!r} does not exist")
+    for f in files:
+        if Path(f).suffix not in SUFFIXES:
+            raise ValueError(
+                f"corpus file {f!r} is not one the corpus reads (suffix {Path(f).suffix or 'none'}); "
+                f"give files ending in {', '.join(sorted(SUFFIXES))}"
+            )
     return [os.path.abspath(f) for f in files]
 
 

@@ -90,6 +90,28 @@ def test_missing_path_is_named(tmp_path):
         build(tmp_path, tmp_path / "empty_dir")
 
 
+def test_a_glob_reads_the_files_it_matches_not_directories(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus", n_files=3)
+    (corpus / "notes.text").write_text("plain prose in a .text file")
+    (corpus / "package").mkdir()  # matched by the glob below: once ended in "Unable to find"
+    (corpus / "package" / "inner.py").write_text("x = 1")
+    ds = load_corpus(f"{corpus}/*")
+    assert len(ds) == 4 and "plain prose in a .text file" in ds["text"]
+
+
+def test_a_file_of_another_kind_is_refused_by_name(tmp_path):
+    image = tmp_path / "picture.png"
+    image.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    allowed = r"\.json, \.jsonl, \.md, \.parquet, \.py, \.rst, \.text, \.txt"
+    with pytest.raises(ValueError, match=rf"picture\.png.*suffix \.png.*{allowed}"):
+        load_corpus(str(image))
+    corpus = write_corpus(tmp_path / "corpus", n_files=2)
+    (corpus / "README").write_text("no suffix")
+    with pytest.raises(ValueError, match=r"README.*suffix none"):
+        load_corpus(f"{corpus}/*")
+    assert len(load_corpus(str(corpus))) == 2  # a directory skips what it cannot read
+
+
 def test_empty_corpus_is_named(tmp_path):
     d = tmp_path / "blank"
     d.mkdir()
