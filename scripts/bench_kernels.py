@@ -7,7 +7,7 @@ repeats, GPU kernel time per call (torch.profiler), achieved GB/s over the SSD's
 and TFLOP/s of the chunked algorithm, against ceilings measured in the same run.
 
     python scripts/bench_kernels.py --out results/kernels.json            # seed shape + sweep
-    python scripts/bench_kernels.py --shapes seed,step --autotune         # the seed shape and the 130M step's
+    python scripts/bench_kernels.py --shapes seed,step --autotune         # seed, and one layer of the medium step
     python scripts/bench_kernels.py --shapes tiny --backends torch        # plumbing check on CPU
 """
 
@@ -51,7 +51,7 @@ class Shape:
 
 
 SEED = Shape(4, 16384, 8, 64, 128)
-STEP = Shape(8, 2048, 24, 64, 128)  # one layer's SSD in the 130M layout's step (configs/medium.yaml, batch 8)
+STEP = Shape(8, 2048, 24, 64, 128)  # one layer's SSD in the medium model's step (configs/medium.yaml, batch 8)
 SWEEP = [Shape(4, l, 8, 64, n) for n in (64, 128) for l in (2048, 4096, 8192, 16384)]
 TINY = [Shape(1, 96, 2, 16, 8, chunk_size=32, dtype="float32")]
 TOP_KERNELS = 16  # kernels per record whose GPU times are kept (a cuTile forward + backward launches 10 kinds)
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--shapes",
         default="sweep",
-        help=f"comma-separated sets of shapes: {', '.join(SHAPE_SETS)} (step: one layer of the 130M layout's step)",
+        help=f"comma-separated sets of shapes: {', '.join(SHAPE_SETS)} (step: one layer of the medium model's step)",
     )
     ap.add_argument(
         "--backends",

@@ -285,7 +285,7 @@ def worker(rank: int, world: int, port: int | None, args) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="results/scaling.json")
-    ap.add_argument("--config", default="medium", help="name of configs/*.yaml (medium: the 130M layout)")
+    ap.add_argument("--config", default="medium", help="name of configs/*.yaml (medium: 103M parameters)")
     ap.add_argument("--seqlen", type=int, default=2048)
     ap.add_argument("--batch", type=int, default=8, help="sequences per GPU and step (bench_step: 16384 tokens)")
     ap.add_argument("--backends", default="cutile,cutile_bwd,triton,torch", help="variants: cutile, cutile_bwd, ...")

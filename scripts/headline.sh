@@ -3,7 +3,7 @@
 # the median of the three, shown with its min-max), then BENCHMARKS.md, the plots and README's headline block.
 #
 #   scripts/headline.sh kernels [N]       # the SSD alone at the seed shape and the step's: bench_kernels.py, processes 1-3 or N
-#   scripts/headline.sh step [N]          # the 130M-layout training step, compiled (the configs' default): bench_step.py
+#   scripts/headline.sh step [N]          # the medium model's training step, compiled (the configs' default): bench_step.py
 #   scripts/headline.sh step_graphs [N]   # the same step compiled with CUDA graphs (compile mode reduce-overhead)
 #   scripts/headline.sh report            # render what results/ holds (no GPU needed; every series above must exist)
 #

@@ -1,12 +1,12 @@
 """Probe one cuTile stage: the production kernel and variant files of it, each checked against its reference
-stage in float64, then timed side by side at the seed shape (or the 130M layout's training-step shape,
+stage in float64, then timed side by side at the seed shape (or one layer of the medium model's training step,
 --shape step). For tuning: copy kernels/cutile/<stage>.py
 somewhere, change it, and probe both in one run (results/tuning_log.md keeps what was tried).
 
     python scripts/probe_stage.py bwd_dx                                 # the production kernel alone
     python scripts/probe_stage.py bwd_dbc /tmp/bwd_dbc_v2.py --chunks 64,128 --calls 20
     python scripts/probe_stage.py bwd_dbc --chunks 64 --sweep            # every configuration of its tune space
-    python scripts/probe_stage.py bwd_dbc --chunks 64 --shape step       # one layer's SSD in the 130M-layout step
+    python scripts/probe_stage.py bwd_dbc --chunks 64 --shape step       # one layer's SSD in the medium model's step
 
 With --sweep each file's stage is tuned (a temporary tuning cache) and the time of every configuration of
 its tune space at the timed shape is printed. Each row's float64 check runs the configuration that row
@@ -43,7 +43,7 @@ STAGES: dict[str, tuple[Callable, tuple[str, ...]]] = {
     "bwd_dbc": (ref_bwd.bwd_dbc, ("x", "dy", "B", "C", "dt_out", "dA_cumsum", "chunk_states", "dstates")),
 }
 # timed shapes (bf16 inputs, head dim 64, state 128, one group): the seed article's, and one layer of the
-# 130M layout's training step (configs/medium.yaml: d_model 768, expand 2 -> 24 heads; L 2048, batch 8)
+# medium model's training step (configs/medium.yaml: d_model 768, expand 2 -> 24 heads; L 2048, batch 8)
 SHAPES = {"seed": {"b": 4, "l": 16384, "h": 8}, "step": {"b": 8, "l": 2048, "h": 24}}
 UPSTREAM = {"dt_out", "dA_cumsum", "chunk_states", "dstates", "D", "initial_states", "dfinal", "A", "dt_bias"}
 
