@@ -8,13 +8,12 @@
 #   scripts/headline.sh report            # render what results/ holds (no GPU needed; every series above must exist)
 #
 # Backends alternate within each process; cuTile and Triton are both tuned and warmed before timing. Each
-# process prints its wall time. On one H200 (2026-11-30) `kernels` at the seed shape alone took 322 s for all
-# three processes (245 s for the first, which compiles and tunes; about 40 s for the others, on the caches it
-# leaves); the step's shape adds its own compiling and tuning to the first, so run `kernels N` one process
-# per command too where a command may take at most 10 minutes. A quick
-# compiled step run (2 warm-up and 4 timed steps) of four variants took 516 s; `step` runs 3 and 10, so run it
-# one process per command where a command may take at most 10 minutes. RESULTS (default results/) says where
-# the JSON goes, OUT (default the repository) where BENCHMARKS.md and README.md are.
+# process prints its wall time. The first `kernels` process compiles and tunes at both shapes (the later ones
+# reuse the caches it leaves), and each `step` process compiles every variant and runs 3 warm-up and 10 timed
+# steps: where a command may take at most 10 minutes, give each process its own command (`kernels 1`, ...).
+# These series have not run yet: the committed kernel headline is kernels_h200_seed (the seed shape alone,
+# written by this script's `kernels` part before it measured the step's shape too). RESULTS (default
+# results/) says where the JSON goes, OUT (default the repository) where BENCHMARKS.md and README.md are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 part=${1:?usage: scripts/headline.sh kernels|step|step_graphs|report}
