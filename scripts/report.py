@@ -82,6 +82,17 @@ class Stat:
         return fmt(self.median) if self.n == 1 else f"{fmt(self.median)} [{fmt(self.min)}–{fmt(self.max)}]"
 
 
+def device_name(run: dict) -> str:
+    """The GPU a run's JSON records, or "CPU" for a run made without one."""
+    return run["environment"].get("gpu") or "CPU"
+
+
+def env_value(run: dict, key: str) -> str:
+    """One environment entry as text: the device's name for "gpu", "none" for a package the run lacked."""
+    value = device_name(run) if key == "gpu" else run["environment"].get(key)
+    return "none" if value is None else str(value)
+
+
 def num(v: float) -> str:
     return f"{v:,.3f}" if abs(v) < 10 else f"{v:,.1f}"
 
@@ -154,7 +165,7 @@ def load_series(results: Path, name: str, kind: str) -> list[dict]:
         runs.append({**run, "file": path})
 
     def measured(run: dict) -> dict:
-        return {**{k: v for k, v in run["settings"].items() if k != "out"}, "gpu": run["environment"].get("gpu")}
+        return {**{k: v for k, v in run["settings"].items() if k != "out"}, "gpu": device_name(run)}
 
     first = measured(runs[0])
     for run in runs[1:]:
@@ -736,7 +747,7 @@ def reconcile_section(rec: list[dict], base: str, kpool: Pool) -> str:
 
 def captions(runs: list[dict]) -> list[str]:
     """Files, environment and settings of a series, each value once, or per run where runs differ."""
-    env = {k: ordered(str(r["environment"].get(k)) for r in runs) for r in runs for k in r["environment"]}
+    env = {k: ordered(env_value(r, k) for r in runs) for r in runs for k in r["environment"]}
     settings = {k: v for k, v in runs[0]["settings"].items() if k not in ("out", "skipped")}
     skipped = runs[0]["settings"].get("skipped") or {}
     count = runs_text(runs).capitalize() + ", a single process" * (len(runs) == 1)
@@ -839,7 +850,7 @@ def headline(
             + [runs_text(scrun)]
             for (size, seqlen, batch, mode, _), by in scpool.items()
         ]
-        scgpu = " / ".join(ordered(r["environment"].get("gpu", "?") for r in scrun))
+        scgpu = " / ".join(ordered(device_name(r) for r in scrun))
         parts += [table([f"{scgpu}, {gpus} GPUs: scaling efficiency", *scnames, "runs"], scrows)]
     if parts:
         parts += ["Each cell: the median across runs, [min–max] when there are several."]
@@ -1020,10 +1031,10 @@ def main(argv: list[str] | None = None) -> int:
     spool = pool(srun, step_key, step_figures, base)
     scpool = pool(scrun, scaling_key, scaling_figures, base)
     rec = reconcile(srun, spool, kpool, base)
-    gpu = " / ".join(ordered(r["environment"].get("gpu", "?") for r in [*krun, *srun]))
+    gpu = " / ".join(ordered(device_name(r) for r in [*krun, *srun]))
     pngs = plots(kpool, spool, rec, base, gpu, args.results)
     if scpool:
-        scgpu = " / ".join(ordered(r["environment"].get("gpu", "?") for r in scrun))
+        scgpu = " / ".join(ordered(device_name(r) for r in scrun))
         pngs.append(scaling_plot(scpool, scgpu, runs_text(scrun), args.results))
     (args.results / "reconciliation.json").write_text(json.dumps(rec, indent=1) + "\n")
 

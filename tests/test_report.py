@@ -475,3 +475,20 @@ def test_report_renders_gpu_time_per_kernel_and_the_memory_floor(tmp_path):
     done = run_report(tmp_path, tmp_path, "--kernels", "kernels_k", "--step", "step_t")
     assert done.returncode == 0, done.stderr
     assert "No per-kernel GPU times in the JSON (`top_kernels_ms`)." in (tmp_path / "BENCHMARKS.md").read_text()
+
+
+def test_report_renders_runs_made_without_a_gpu(tmp_path):
+    """A CPU run records gpu None and no kernel time (null): the report names the device CPU and leaves the
+    GPU cells empty instead of failing."""
+    run = kernel_run({"cutilereference": 0.5, "triton": 1.0, "cutilecutile": 0.25})
+    run["environment"]["gpu"] = None
+    for rec in run["records"]:
+        rec["gpu_ms"] = rec["GBps_gpu"] = None
+    write(tmp_path / "kernels_c.json", run)
+    step = step_run()
+    step["environment"] = {"gpu": None}
+    write(tmp_path / "step_c.json", step)
+    done = run_report(tmp_path, tmp_path, "--kernels", "kernels_c", "--step", "step_c")
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "CPU" in text and "None" not in text
