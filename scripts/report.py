@@ -439,7 +439,10 @@ def model_config(rec: dict) -> dict:
 
 def model_text(size: str, figures: dict[str, Stat | None]) -> str:
     params = next((f["parameters"] for f in figures.values() if f["parameters"]), None)
-    return f"{size} ({params.median / 1e6:.0f}M parameters)" if params else size
+    if not params:
+        return size
+    n = params.median
+    return f"{size} ({n / 1e6:.0f}M parameters)" if n >= 1e6 else f"{size} ({n / 1e3:.0f}K parameters)"
 
 
 def series_keys(runs: list[dict]) -> set[tuple]:

@@ -479,7 +479,7 @@ def test_report_renders_gpu_time_per_kernel_and_the_memory_floor(tmp_path):
 
 def test_report_renders_runs_made_without_a_gpu(tmp_path):
     """A CPU run records gpu None and no kernel time (null): the report names the device CPU and leaves the
-    GPU cells empty instead of failing."""
+    GPU cells empty instead of failing; a tiny model's size reads in thousands of parameters."""
     run = kernel_run({"cutilereference": 0.5, "triton": 1.0, "cutilecutile": 0.25})
     run["environment"]["gpu"] = None
     for rec in run["records"]:
@@ -487,8 +487,11 @@ def test_report_renders_runs_made_without_a_gpu(tmp_path):
     write(tmp_path / "kernels_c.json", run)
     step = step_run()
     step["environment"] = {"gpu": None}
+    for rec in step["records"]:
+        rec["parameters"] = 481_328  # a model under a million parameters is counted in thousands
     write(tmp_path / "step_c.json", step)
     done = run_report(tmp_path, tmp_path, "--kernels", "kernels_c", "--step", "step_c")
     assert done.returncode == 0, done.stderr
     text = (tmp_path / "BENCHMARKS.md").read_text()
     assert "CPU" in text and "None" not in text
+    assert "mini (481K parameters)" in text
