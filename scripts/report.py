@@ -357,7 +357,8 @@ def per_kernel_figures(rec: dict, base: dict | None, run: dict) -> dict[tuple[st
             floor_us = ratio(moved / 1e3, run.get("ceilings", {}).get("copy_GBps"))
             out |= {(name, "floor_MB"): moved / 1e6, (name, "floor_us"): floor_us}
             out[(name, "of_floor")] = ratio(floor_us, ms * 1e3)
-    if top and rec.get("kernels_per_call", 0) > len(top) and rec.get("gpu_ms") is not None:
+    listed = round(sum(launches.get(name, 1) for name in top))  # launches per call of the listed kernels
+    if top and rec.get("kernels_per_call", 0) > listed and rec.get("gpu_ms") is not None:
         out[(OTHER, "ms")] = max(0.0, rec["gpu_ms"] - sum(top.values()))
     return out
 
