@@ -9,6 +9,7 @@ groups come from tags set on the whole parameters (Mamba2LM), and clipping uses 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 
@@ -196,8 +197,10 @@ def release_compiled_graphs() -> None:
     """Free torch.compile's code and CUDA graphs while every module is still loaded. Call it before a process
     that trained under CUDA graphs exits: one that had trained the cuTile kernels under compile_mode
     reduce-overhead otherwise ended with a segmentation fault during interpreter teardown, after its run
-    had finished (tests/test_train_gpu.py checks the exit code)."""
-    torch._dynamo.reset()
-    gc.collect()
-    if torch.cuda.is_initialized():
-        torch.cuda.synchronize()
+    had finished (tests/test_train_gpu.py checks the exit code). Never raises: it runs on the way out, where
+    an error (a CUDA error met again by the synchronization, say) would replace the one already reported."""
+    with contextlib.suppress(Exception):
+        torch._dynamo.reset()
+        gc.collect()
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
