@@ -10,7 +10,7 @@
 # Backends alternate within each process; cuTile and Triton are both tuned and warmed before timing. Each
 # process prints its wall time. The first `kernels` process compiles and tunes at both shapes (the later ones
 # reuse the caches it leaves), and each `step` process compiles every variant and runs 3 warm-up and 10 timed
-# steps: where a command may take at most 10 minutes, give each process its own command (`kernels 1`, ...).
+# steps: each takes minutes, so N runs one process at a time (`kernels 1`, `kernels 2`, ...).
 # These series have not run yet: the committed kernel headline is kernels_h200_seed (the seed shape alone,
 # written by this script's `kernels` part before it measured the step's shape too). RESULTS (default
 # results/) says where the JSON goes, OUT (default the repository) where BENCHMARKS.md and README.md are.
