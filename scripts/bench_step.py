@@ -133,7 +133,7 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
             "backend": "standin" if label == "standin" else VARIANTS[label][0],
             "backward": None if label == "standin" else VARIANTS[label][1],
             "mode": "compile" if compile_model else "eager",
-            "compile_mode": first.hparams.compile_mode if compile_model else None,
+            "compile_mode": mode if compile_model else None,
             "median": med,
             "step_ms_spread": summarize([s["step_ms"] for s in samples]),
             "tokens_per_s": tok_s,
@@ -145,7 +145,7 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
             "warmup_steps": args.warmup,
             "timer_cost": timed_ms / plain_ms - 1.0,  # the whole loop with marks over the loop without
         }
-        if "above_start_gib" in med and not (compile_model and first.hparams.compile_mode == "reduce-overhead"):
+        if "above_start_gib" in med and not (compile_model and mode == "reduce-overhead"):
             # the variant alone in a process: what it keeps between steps plus what its step allocates on top
             # (not under CUDA graphs, whose replays allocate from a pool recorded in warm-up)
             rec["own_peak_gib"] = steps[label].resident_gib() + med["above_start_gib"]
