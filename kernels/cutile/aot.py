@@ -110,13 +110,20 @@ def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
                 + [8, 4, chunk, tile_p, tile_n, flag, tf32]
             ),
         )
-        yield (  # all state columns in one program: the default configuration (DbcConfig)
-            f"bwd_dbc[{name},Q={chunk},P={tile_p},N={tile_n}]",
+
+    # All state columns in one program (DbcConfig's default), at the backward's chunk and at the chunks of 16
+    # and 32 that smaller forward chunks give (tileiras 13.4 failed to schedule one form of the kernel there).
+    dbc_cases = [(name, chunk, tile_p, tile_n) for name, tile_p, tile_n, _ in cases]
+    dbc_cases += [("float32", 16, 64, 64), ("bfloat16", 32, 64, 64)]
+    for name, q, tile_p, tile_n in dbc_cases:
+        dtype, tf32 = DTYPES[name], name == "float32"
+        yield (
+            f"bwd_dbc[{name},Q={q},P={tile_p},N={tile_n}]",
             bwd_dbc_kernel,
             _signature(
                 [_array(dtype, 4)] * 4
                 + [_array(f32, 3), _array(f32, 3), _array(f32, 5), _array(f32, 5), _array(dtype, 4)]
-                + [_array(dtype, 4), _array(f32, 4), i32, 2, chunk, tile_p, tile_n, tf32]
+                + [_array(dtype, 4), _array(f32, 4), i32, 2, q, tile_p, tile_n, tf32]
             ),
         )
 

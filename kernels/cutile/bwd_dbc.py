@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import cuda.tile as ct
 import torch
 
-from kernels.cutile.chunk_cumsum import LOG2E
 from kernels.cutile.launch import launch, next_pow2, shape_key, with_hints
 
 ConstInt = ct.Constant[int]
@@ -65,7 +64,11 @@ def bwd_dbc_kernel(
         hi = gi * heads_per_group + j
         xk = ct.load(x, index=(bi, k, hi, 0), shape=(1, Q, 1, TILE_P), padding_mode=ZERO).reshape((Q, TILE_P))
         dyk = ct.load(dy, index=(bi, k, hi, 0), shape=(1, Q, 1, TILE_P), padding_mode=ZERO).reshape((Q, TILE_P))
-        g = ct.load(dA_cumsum, index=(bi, hi, k), shape=(1, 1, Q)).reshape((Q, 1)) * LOG2E
+        # natural-log units with ct.exp: scaling the loaded g by log2(e) for exp2 made this loop slower
+        # (results/tuning_log.md, "exp against exp2")
+        g = ct.load(dA_cumsum, index=(bi, hi, k), shape=(1, 1, Q)).reshape((Q, 1))
+        if Q < 64:  # tileiras 13.4 fails to schedule chunks of 16 and 32 when g is the load itself
+            g = g + 0.0
         d = ct.load(dt_out, index=(bi, hi, k), shape=(1, 1, Q)).reshape((Q, 1))
         state = ct.load(
             chunk_states, index=(bi, k, hi, 0, ni), shape=(1, 1, 1, TILE_P, TILE_N), padding_mode=ZERO
@@ -74,18 +77,18 @@ def bwd_dbc_kernel(
             (TILE_P, TILE_N)
         )
         g_end = ct.extract(g, index=(Q - 1, 0), shape=(1, 1))
-        decay = ct.exp2(ct.where(causal, g - g.reshape((1, Q)), -float("inf")))
+        decay = ct.exp(ct.where(causal, g - g.reshape((1, Q)), -float("inf")))
         if TF32:
             scores = ct.mma(dyk.astype(TF), ct.transpose(xk.astype(TF)), ct.zeros((Q, Q), dtype=ct.float32))
         else:
             scores = ct.mma(dyk, ct.transpose(xk), ct.zeros((Q, Q), dtype=ct.float32))
         dcb = dcb + scores * decay * d.reshape((1, Q))
-        inter = ct.mma(dyk.astype(TF), state.astype(TF), ct.zeros((Q, TILE_N), dtype=ct.float32)) * ct.exp2(g)
+        inter = ct.mma(dyk.astype(TF), state.astype(TF), ct.zeros((Q, TILE_N), dtype=ct.float32)) * ct.exp(g)
         dc_acc = dc_acc + inter
         q = ct.sum(c32 * inter, axis=1, keepdims=True)  # (Q, 1)
         into_state = ct.mma(xk.astype(TF), grad.astype(TF), ct.zeros((Q, TILE_N), dtype=ct.float32))
-        db_acc = db_acc + into_state * (ct.exp2(g_end - g) * d)
-        passing = ct.exp2(g_end) * ct.sum(grad * state, keepdims=True)  # (1, 1)
+        db_acc = db_acc + into_state * (ct.exp(g_end - g) * d)
+        passing = ct.exp(g_end) * ct.sum(grad * state, keepdims=True)  # (1, 1)
         da = ct.cumsum(q, axis=0, reverse=True) + passing
         ct.store(da_inter, index=(ni, bi, hi, k), tile=da.reshape((1, 1, 1, Q)))
     dcb_tf = dcb.astype(TF)

@@ -2,8 +2,9 @@
 
 Reference: `kernels.reference.chunk_cumsum`; the host function `chunk_cumsum` takes and returns what
 the reference does: dt_out and dA_cumsum (b, h, c, Q) float32, dA_cumsum in natural-log units. The
-kernel writes them as one row of c * Q tokens per (batch, head), the same memory. Later stages scale
-dA_cumsum by log2(e) where they load it and use exp2.
+kernel writes them as one row of c * Q tokens per (batch, head), the same memory. compute_out, bwd_dx and
+bwd_pass_state scale dA_cumsum by log2(e) where they load it and use exp2; fwd_pass_state and bwd_dbc use
+exp on it directly, which measured faster there (results/tuning_log.md, "exp against exp2").
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 
 from kernels.cutile.launch import launch
 
-LOG2E = math.log2(math.e)  # the later stages' exp(v) = exp2(v * LOG2E)
+LOG2E = math.log2(math.e)  # exp(v) = exp2(v * LOG2E) in the stages that use exp2
 SOFTPLUS_THRESHOLD = 20.0  # as torch.nn.functional.softplus: identity above it
 
 ConstInt = ct.Constant[int]

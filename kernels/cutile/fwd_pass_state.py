@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import cuda.tile as ct
 import torch
 
-from kernels.cutile.chunk_cumsum import LOG2E
 from kernels.cutile.launch import launch, shape_key, with_hints
 
 ConstInt = ct.Constant[int]
@@ -56,7 +55,9 @@ def fwd_pass_state_kernel(
     nchunks = chunk_states.shape[1]
     for k in range(nchunks):
         ct.store(chunk_states, index=(bi, k, hi, pj, nj), tile=state.reshape((1, 1, 1, TILE_P, TILE_N)))
-        g = ct.load(dA_cumsum, index=(bi, hi, k), shape=(1, 1, Q), latency=2).reshape((Q, 1)) * LOG2E
+        # natural-log units with ct.exp: scaling the loaded g by log2(e) for exp2 made this loop slower
+        # (results/tuning_log.md, "exp against exp2")
+        g = ct.load(dA_cumsum, index=(bi, hi, k), shape=(1, 1, Q), latency=2).reshape((Q, 1))
         d = ct.load(dt_out, index=(bi, hi, k), shape=(1, 1, Q), latency=2).reshape((Q, 1))
         xk = ct.load(x, index=(bi, k, hi, pj), shape=(1, Q, 1, TILE_P), padding_mode=ZERO, latency=LATENCY).reshape(
             (Q, TILE_P)
@@ -67,14 +68,14 @@ def fwd_pass_state_kernel(
         g_end = ct.extract(g, index=(Q - 1, 0), shape=(1, 1))
         # B scaled by each token's decay to the chunk end and its dt; operands in the input dtype
         # (bf16/fp16) or TF32 (fp32 inputs), accumulation in fp32.
-        bw = bk.astype(ct.float32) * (ct.exp2(g_end - g) * d)
+        bw = bk.astype(ct.float32) * (ct.exp(g_end - g) * d)
         if TF32:
             xt = ct.transpose(xk.astype(ct.tfloat32))
             bw = bw.astype(ct.tfloat32)
         else:
             xt = ct.transpose(xk)
             bw = bw.astype(xk.dtype)
-        state = ct.mma(xt, bw, state * ct.exp2(g_end))
+        state = ct.mma(xt, bw, state * ct.exp(g_end))
     ct.store(final_state, index=(bi, hi, pj, nj), tile=state.reshape((1, 1, TILE_P, TILE_N)))
 
 
