@@ -92,3 +92,36 @@ def test_bench_step_writes_json(tmp_path):
     assert standin["median"]["ssd_forward_ms"] == 0 and "ssd_ms_by_subtraction" not in standin
     assert torch_row["ssd_ms_by_subtraction"] == pytest.approx(m["step_ms"] - standin["median"]["step_ms"])
     assert torch_row["timer_cost"] > -1 and torch_row["train_flops_per_token"] > 0
+
+
+def test_ab_kernels_runs_each_tree_in_its_own_process(tmp_path):
+    bad = tmp_path / "bad" / "kernels"
+    bad.mkdir(parents=True)
+    (bad / "__init__.py").write_text("raise SystemExit('this tree was imported')\n")
+    out = tmp_path / "ab"
+    bench = ("--shapes", "tiny", "--backends", "torch", "--modes", "fwd", "--repeats", "2", "--calls", "2")
+    done = subprocess.run(
+        ["bash", "scripts/ab_kernels.sh", str(out), "2", f"work={ROOT}", f"bad={bad.parent}", "--", *bench],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    order = [line.split()[1:4] for line in done.stderr.splitlines() if line.startswith("ab_kernels:")]
+    assert [o[0] + o[2] for o in order] == ["work1", "bad1", "work2", "bad2"]
+    for r in (1, 2):
+        assert _strict_json((out / f"work_{r}.json").read_text())["records"][0]["backend"] == "torch"
+        assert not (out / f"bad_{r}.json").exists()
+        assert "this tree was imported" in (out / f"bad_{r}.log").read_text()
+
+
+def test_ab_kernels_refuses_a_tree_without_kernels(tmp_path):
+    done = subprocess.run(
+        ["bash", "scripts/ab_kernels.sh", str(tmp_path / "ab"), "1", f"a={ROOT}", f"b={tmp_path}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stderr.strip() == f"ab_kernels: {tmp_path} holds no kernels package"
