@@ -27,22 +27,26 @@ import threading
 import warnings
 from pathlib import Path
 
-import torch
-from jsonargparse import ArgumentError, DefaultHelpFormatter
-from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+try:  # the libraries take seconds to load: Ctrl-C meanwhile ends as it does later, in one line
+    import torch
+    from jsonargparse import ArgumentError, DefaultHelpFormatter
+    from lightning.pytorch.callbacks import Callback
+    from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from data.datamodule import TextDataModule
-from lightning_modules.checkpoint import (
-    AtomicCheckpointIO,
-    CheckpointError,
-    StepCheckpoint,
-    check_same_model,
-    read_checkpoint,
-)
-from lightning_modules.language_model import LanguageModel, release_compiled_graphs
-from lightning_modules.loggers import LOGGED_RUN_KEY, LoggedRun, LoggingConfig, finish_loggers, make_loggers
-from lightning_modules.step_timer import StepTimer
+    from data.datamodule import TextDataModule
+    from lightning_modules.checkpoint import (
+        AtomicCheckpointIO,
+        CheckpointError,
+        StepCheckpoint,
+        check_same_model,
+        read_checkpoint,
+    )
+    from lightning_modules.language_model import LanguageModel, release_compiled_graphs
+    from lightning_modules.loggers import LOGGED_RUN_KEY, LoggedRun, LoggingConfig, finish_loggers, make_loggers
+    from lightning_modules.step_timer import StepTimer
+except KeyboardInterrupt:
+    print("train.py: error: interrupted before training began", file=sys.stderr)
+    raise SystemExit(130) from None
 
 DEBUG_FLAG = "--debug"
 

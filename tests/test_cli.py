@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 import train
@@ -49,3 +54,28 @@ def test_a_diverged_run_says_so_and_claims_no_checkpoint(tmp_path, corpus, capsy
 def test_data_errors_name_the_key(tmp_path, corpus, capsys):
     line = _fails_in_one_line(capsys, tiny_args(tmp_path, corpus, "--data.batch_size=0"))
     assert "data.batch_size must be positive, got 0" in line
+
+
+def test_ctrl_c_while_the_libraries_load_ends_in_one_line(tmp_path):
+    """SIGINT in the middle of `import torch` (python -X importtime reports each finished import on stderr,
+    so the signal is sent once a module inside torch has loaded and before torch itself has)."""
+    root = Path(train.__file__).resolve().parent
+    proc = subprocess.Popen(
+        [sys.executable, "-X", "importtime", "train.py", "--config", "configs/tiny.yaml", "--trainer.max_steps", "1"]
+        + ["--trainer.default_root_dir", str(tmp_path), "--logging.wandb", "false"],
+        cwd=root,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if line.split("|")[-1].strip() == "torch._C":  # torch's extension loaded, torch's __init__ still running
+            proc.send_signal(signal.SIGINT)
+            break
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=120) == 130
+    assert lines[-1].split("|")[-1].strip() == "torch._C", "torch._C was never reported: no signal sent"
+    assert rest.strip().splitlines()[-1] == "train.py: error: interrupted before training began"
+    assert "Traceback" not in rest
