@@ -64,18 +64,9 @@ def test_missing_compiler_is_named(monkeypatch):
 def test_cpu_tensors_are_refused_by_the_kernels_wrapper():
     x = torch.randn(1, 8, 2, 4)
     with pytest.raises(ValueError, match="is on cpu; move the inputs to a CUDA device"):
-        cutile_ssd.check_inputs(
-            x,
-            torch.rand(1, 8, 2),
-            -torch.ones(2),
-            torch.randn(1, 8, 1, 4),
-            torch.randn(1, 8, 1, 4),
-            64,
-            None,
-            None,
-            None,
-            "reference",
-        )
+        B, C = torch.randn(1, 8, 1, 4), torch.randn(1, 8, 1, 4)
+        inputs = {"x": x, "dt": torch.rand(1, 8, 2), "A": -torch.ones(2), "B": B, "C": C}
+        cutile_ssd.check_inputs(inputs | {"D": None, "dt_bias": None, "initial_states": None}, 64, "reference")
 
 
 def test_bad_backward_name_is_refused():

@@ -34,20 +34,13 @@ BACKWARD_CHUNK = 64  # the cuTile backward's chunk size at most (it holds chunk 
 MAX_DIM = 256  # head dim and state dim: one tile each
 
 
-def check_inputs(
-    x: Tensor,
-    dt: Tensor,
-    A: Tensor,
-    B: Tensor,
-    C: Tensor,
-    chunk_size: int,
-    D: Tensor | None,
-    dt_bias: Tensor | None,
-    initial_states: Tensor | None,
-    backward: str,
-) -> None:
-    """Raise ValueError for inputs the kernels cannot take as they are (shapes are checked by kernels.ssd)."""
-    tensors = {"x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "dt_bias": dt_bias, "initial_states": initial_states}
+def check_inputs(tensors: dict[str, Tensor | None], chunk_size: int, backward: str) -> None:
+    """Raise ValueError for inputs the kernels cannot take as they are (shapes are checked by kernels.ssd).
+
+    Args:
+        tensors: the SSD's tensor inputs by name (x, dt, A, B, C, D, dt_bias, initial_states; None where absent).
+    """
+    x, B, C = tensors["x"], tensors["B"], tensors["C"]
     for name, t in tensors.items():
         if t is None:
             continue
@@ -55,7 +48,7 @@ def check_inputs(
             raise ValueError(f"cutile backend: {name} is on {t.device}; move the inputs to a CUDA device")
         if t.device != x.device:
             raise ValueError(f"cutile backend: {name} is on {t.device} but x is on {x.device}")
-    for name, t in (("x", x), ("B", B), ("C", C), ("dt", dt)):
+    for name, t in (("x", x), ("B", B), ("C", C), ("dt", tensors["dt"])):
         if t.dtype not in SUPPORTED_DTYPES:
             raise ValueError(f"cutile backend: {name} has dtype {t.dtype}; supported: bfloat16, float16, float32")
         if t.stride(-1) != 1:
@@ -98,7 +91,8 @@ def ssd_fwd(
     `backward` ("reference" or "cutile") chooses how its gradient is computed. This op is the cutile backend
     of `kernels.ssd`; it checks its inputs first (at run time also under torch.compile).
     """
-    check_inputs(x, dt, A, B, C, chunk_size, D, dt_bias, initial_states, backward)
+    tensors = {"x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "dt_bias": dt_bias, "initial_states": initial_states}
+    check_inputs(tensors, chunk_size, backward)
     dt_out, dA_cumsum = chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
     chunk_states, final_state = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
     return compute_out(x, B, C, dt_out, dA_cumsum, chunk_states, D), final_state
