@@ -42,17 +42,14 @@ def set_debug_checks(enabled: bool) -> None:
     _debug["checks"] = bool(enabled)
 
 
-def _check_shapes(
-    x: Tensor,
-    dt: Tensor,
-    A: Tensor,
-    B: Tensor,
-    C: Tensor,
-    chunk_size: int,
-    D: Tensor | None,
-    dt_bias: Tensor | None,
-    initial_states: Tensor | None,
-) -> None:
+def _check_shapes(tensors: dict[str, Tensor | None], chunk_size: int) -> None:
+    """Raise ValueError naming the input whose shape or dtype does not fit the others.
+
+    Args:
+        tensors: the SSD's tensor inputs by name (x, dt, A, B, C, D, dt_bias, initial_states; None where absent).
+    """
+    x, dt, A, B, C = (tensors[k] for k in ("x", "dt", "A", "B", "C"))
+    D, dt_bias, initial_states = tensors["D"], tensors["dt_bias"], tensors["initial_states"]
     if x.dim() != 4:
         raise ValueError(f"x must be (batch, seqlen, nheads, headdim), got shape {tuple(x.shape)}")
     b, l, h, p = x.shape
@@ -80,8 +77,7 @@ def _check_shapes(
             f"initial_states must be (batch, nheads, headdim, dstate) = {(b, h, p, n)}, "
             f"got {tuple(initial_states.shape)}"
         )
-    named = {"x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "dt_bias": dt_bias, "initial_states": initial_states}
-    for name, t in named.items():
+    for name, t in tensors.items():
         if t is not None and not t.is_floating_point():
             raise ValueError(f"{name} must be a floating-point tensor, got {t.dtype}")
     if B.dtype != C.dtype:
@@ -134,7 +130,10 @@ def ssd(
         y (b, l, h, p) in x's dtype, and with return_final_states the state after the last token
         (b, h, p, n), float32 (float64 for float64 inputs on the torch backend).
     """
-    _check_shapes(x, dt, A, B, C, chunk_size, D, dt_bias, initial_states)
+    _check_shapes(
+        {"x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "dt_bias": dt_bias, "initial_states": initial_states},
+        chunk_size,
+    )
     _check_values(A)
     if backward not in BACKWARDS:
         raise ValueError(f"backward must be one of {', '.join(BACKWARDS)}, got {backward!r}")
