@@ -20,12 +20,7 @@ from dataclasses import dataclass
 import cuda.tile as ct
 import torch
 
-from kernels.cutile.launch import launch, next_pow2, shape_key, with_hints
-
-ConstInt = ct.Constant[int]
-ConstBool = ct.Constant[bool]
-ZERO = ct.PaddingMode.ZERO
-TF = ct.tfloat32
+from kernels.cutile.launch import TF, ZERO, ConstBool, ConstInt, launch, next_pow2, shape_key, with_hints
 
 
 @ct.kernel

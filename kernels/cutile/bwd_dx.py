@@ -19,12 +19,7 @@ import cuda.tile as ct
 import torch
 
 from kernels.cutile.chunk_cumsum import LOG2E
-from kernels.cutile.launch import launch, next_pow2, shape_key, with_hints
-
-ConstInt = ct.Constant[int]
-ConstBool = ct.Constant[bool]
-ZERO = ct.PaddingMode.ZERO
-TF = ct.tfloat32
+from kernels.cutile.launch import TF, ZERO, ConstBool, ConstInt, launch, next_pow2, shape_key, with_hints
 
 
 @ct.kernel

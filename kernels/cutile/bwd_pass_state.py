@@ -15,11 +15,7 @@ import torch
 
 from kernels.cutile.chunk_cumsum import LOG2E
 from kernels.cutile.fwd_pass_state import StateConfig, search_space
-from kernels.cutile.launch import launch, shape_key, with_hints
-
-ConstInt = ct.Constant[int]
-ConstBool = ct.Constant[bool]
-ZERO = ct.PaddingMode.ZERO
+from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, shape_key, with_hints
 
 
 @ct.kernel

@@ -15,13 +15,10 @@ from dataclasses import dataclass
 import cuda.tile as ct
 import torch
 
-from kernels.cutile.launch import launch
+from kernels.cutile.launch import ConstBool, ConstInt, launch
 
 LOG2E = math.log2(math.e)  # exp(v) = exp2(v * LOG2E) in the stages that use exp2
 SOFTPLUS_THRESHOLD = 20.0  # as torch.nn.functional.softplus: identity above it
-
-ConstInt = ct.Constant[int]
-ConstBool = ct.Constant[bool]
 
 
 @ct.kernel

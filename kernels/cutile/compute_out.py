@@ -21,11 +21,7 @@ import cuda.tile as ct
 import torch
 
 from kernels.cutile.chunk_cumsum import LOG2E
-from kernels.cutile.launch import launch, next_pow2, shape_key, with_hints
-
-ConstInt = ct.Constant[int]
-ConstBool = ct.Constant[bool]
-ZERO = ct.PaddingMode.ZERO
+from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, next_pow2, shape_key, with_hints
 
 
 @ct.kernel

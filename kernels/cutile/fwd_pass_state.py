@@ -15,11 +15,7 @@ from dataclasses import dataclass
 import cuda.tile as ct
 import torch
 
-from kernels.cutile.launch import launch, shape_key, with_hints
-
-ConstInt = ct.Constant[int]
-ConstBool = ct.Constant[bool]
-ZERO = ct.PaddingMode.ZERO
+from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, shape_key, with_hints
 
 
 @ct.kernel

@@ -13,6 +13,12 @@ import torch
 
 from kernels.cutile import tuning
 
+# Names the kernel files share: compile-time parameters, zero padding of partial tiles, the TF32 operand type.
+ConstInt = ct.Constant[int]
+ConstBool = ct.Constant[bool]
+ZERO = ct.PaddingMode.ZERO
+TF = ct.tfloat32
+
 T = TypeVar("T")
 Spec = Callable[[Any], tuple[tuple[int, ...], Any, tuple]]
 
