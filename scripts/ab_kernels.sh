@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A/B of kernel code in separate processes: bench_kernels.py run with each tree's `kernels` package in turn,
-# alternating (a1 b1 a2 b2 ...), each process with its own cache directory (tuning and compiled kernels), so
-# no tree reuses another's tuning. For a change too small to see across machines or too sensitive to what a
-# process compiled first (results/tuning_log.md, "exp against exp2").
+# alternating (a1 b1 a2 b2 ...), each tree with its own cache directory (tuning and compiled kernels: a tree's
+# later rounds reuse its first round's tuning, never another tree's). For a difference that one process
+# cannot show, or that is smaller than the spread between machines (results/tuning_log.md, "exp against exp2").
 #
 #   scripts/ab_kernels.sh OUTDIR ROUNDS NAME=TREE... [-- BENCH_KERNELS ARGS]
 #   git archive HEAD kernels | tar -x -C /tmp/head
@@ -33,6 +33,7 @@ bench=("$@")
     --calls 10 --autotune)
 mkdir -p "$out"
 cache=$(mktemp -d)
+trap 'rm -rf "$cache"' EXIT
 status=0
 for round in $(seq 1 "$rounds"); do
     for i in "${!names[@]}"; do
