@@ -5,42 +5,47 @@
 # cannot show, or that is smaller than the spread between machines (results/tuning_log.md, "exp against exp2").
 #
 #   scripts/ab_kernels.sh OUTDIR ROUNDS NAME=TREE... [-- BENCH_KERNELS ARGS]
-#   git archive HEAD kernels | tar -x -C /tmp/head
+#   mkdir -p /tmp/head && git archive HEAD kernels | tar -x -C /tmp/head
 #   scripts/ab_kernels.sh /tmp/ab 2 head=/tmp/head work=. -- --shapes seed --backends cutile,triton --modes fwd
 #
 # TREE is a directory holding a `kernels` package (the rest of the code comes from this repository).
 # OUTDIR gets NAME_ROUND.json per process and each process's log; each process is stopped after
-# AB_TIMEOUT seconds (default 600). Default bench arguments: the seed shape, cutile and triton, forward and
-# forward+backward, 5 repeats of 10 calls, tuned.
+# AB_TIMEOUT seconds (default 600). Default bench arguments: the seed shape, cutile (both backwards) and
+# triton, forward and forward+backward, 5 repeats of 10 calls, tuned. Usage errors exit 2, a failed process 1.
 set -uo pipefail
 usage="usage: scripts/ab_kernels.sh OUTDIR ROUNDS NAME=TREE... [-- BENCH_KERNELS ARGS]"
-out=${1:?$usage}
-rounds=${2:?$usage}
+fail() { echo "ab_kernels: $1" >&2 && exit 2; }
+[ $# -ge 2 ] || fail "$usage"
+out=$1 rounds=$2
 shift 2
-repo=$(cd "$(dirname "$0")/.." && pwd)
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || fail "ROUNDS must be a positive whole number, got '$rounds'"
+repo=$(CDPATH='' cd -- "$(dirname "$0")/.." && pwd)
 names=() trees=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
-    case $1 in *=*) ;; *) echo "ab_kernels: '$1' is not NAME=TREE; $usage" >&2 && exit 2 ;; esac
-    tree=$(cd "${1#*=}" 2>/dev/null && pwd) || { echo "ab_kernels: no directory ${1#*=}" >&2 && exit 2; }
-    [ -f "$tree/kernels/__init__.py" ] || { echo "ab_kernels: $tree holds no kernels package" >&2 && exit 2; }
-    names+=("${1%%=*}") trees+=("$tree")
+    name=${1%%=*}
+    [[ $1 == *=* && $name =~ ^[A-Za-z0-9._-]+$ ]] || fail "'$1' is not NAME=TREE (NAME: letters, digits, . _ -); $usage"
+    [[ " ${names[*]} " != *" $name "* ]] || fail "the name $name is given twice"
+    tree=$(CDPATH='' cd -- "${1#*=}" 2>/dev/null && pwd) || fail "no directory ${1#*=}"
+    [ -f "$tree/kernels/__init__.py" ] || fail "$tree holds no kernels package"
+    names+=("$name") trees+=("$tree")
     shift
 done
-[ ${#names[@]} -ge 2 ] || { echo "ab_kernels: give at least two NAME=TREE; $usage" >&2 && exit 2; }
+[ ${#names[@]} -ge 2 ] || fail "give at least two NAME=TREE; $usage"
 [ "${1:-}" = "--" ] && shift
 bench=("$@")
-[ ${#bench[@]} -gt 0 ] || bench=(--shapes seed --backends cutile:cutile,triton --modes fwd,fwd_bwd --repeats 5
-    --calls 10 --autotune)
+[ ${#bench[@]} -gt 0 ] || bench=(--shapes seed --backends cutile,cutile:cutile,triton --modes fwd,fwd_bwd
+    --repeats 5 --calls 10 --autotune)
 mkdir -p "$out"
 cache=$(mktemp -d)
 trap 'rm -rf "$cache"' EXIT
+trap 'echo "ab_kernels: interrupted" >&2; exit 130' INT TERM
 status=0
 for round in $(seq 1 "$rounds"); do
     for i in "${!names[@]}"; do
         name=${names[$i]}
         start=$SECONDS
         XDG_CACHE_HOME="$cache/$name" PYTHONPATH="${trees[$i]}:$repo${PYTHONPATH:+:$PYTHONPATH}" \
-            timeout "${AB_TIMEOUT:-600}" python "$repo/scripts/bench_kernels.py" "${bench[@]}" \
+            timeout --foreground "${AB_TIMEOUT:-600}" python "$repo/scripts/bench_kernels.py" "${bench[@]}" \
             --out "$out/${name}_$round.json" >"$out/${name}_$round.log" 2>&1
         rc=$?
         echo "ab_kernels: $name round $round exit $rc in $((SECONDS - start)) s" >&2

@@ -116,12 +116,25 @@ def test_ab_kernels_runs_each_tree_in_its_own_process(tmp_path):
         assert "this tree was imported" in (out / f"bad_{r}.log").read_text()
 
 
-def test_ab_kernels_refuses_a_tree_without_kernels(tmp_path):
+@pytest.mark.parametrize(
+    ("rounds", "trees", "message"),
+    [
+        ("1", ["a={root}", "b={tmp}"], "{tmp} holds no kernels package"),
+        ("0", ["a={root}", "b={root}"], "ROUNDS must be a positive whole number, got '0'"),
+        ("x", ["a={root}", "b={root}"], "ROUNDS must be a positive whole number, got 'x'"),
+        ("1", ["a={root}", "a={root}"], "the name a is given twice"),
+        ("1", ["a/b={root}", "c={root}"], "'a/b={root}' is not NAME=TREE"),
+    ],
+)
+def test_ab_kernels_refuses_bad_arguments_before_running(tmp_path, rounds, trees, message):
+    args = [t.format(root=ROOT, tmp=tmp_path) for t in trees]
     done = subprocess.run(
-        ["bash", "scripts/ab_kernels.sh", str(tmp_path / "ab"), "1", f"a={ROOT}", f"b={tmp_path}"],
+        ["bash", "scripts/ab_kernels.sh", str(tmp_path / "ab"), rounds, *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert done.returncode == 2 and done.stderr.strip() == f"ab_kernels: {tmp_path} holds no kernels package"
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("ab_kernels: " + message.format(root=ROOT, tmp=tmp_path)), done.stderr
+    assert not (tmp_path / "ab").exists()

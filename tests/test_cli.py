@@ -68,14 +68,18 @@ def test_ctrl_c_while_the_libraries_load_ends_in_one_line(tmp_path):
         stdout=subprocess.DEVNULL,
         text=True,
     )
-    lines = []
-    for line in proc.stderr:
-        lines.append(line)
-        if line.split("|")[-1].strip() == "torch._C":  # torch's extension loaded, torch's __init__ still running
-            proc.send_signal(signal.SIGINT)
-            break
-    rest = proc.stderr.read()
-    assert proc.wait(timeout=120) == 130
-    assert lines[-1].split("|")[-1].strip() == "torch._C", "torch._C was never reported: no signal sent"
+    try:
+        lines = []
+        for line in proc.stderr:
+            lines.append(line)
+            if line.split("|")[-1].strip() == "torch._C":  # torch's extension loaded, its __init__ still running
+                proc.send_signal(signal.SIGINT)
+                break
+        assert lines and lines[-1].split("|")[-1].strip() == "torch._C", "torch._C was never reported: no signal"
+        rest = proc.stderr.read()
+        assert proc.wait(timeout=120) == 130
+    finally:
+        proc.kill()
+        proc.wait()
     assert rest.strip().splitlines()[-1] == "train.py: error: interrupted before training began"
     assert "Traceback" not in rest

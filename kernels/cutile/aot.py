@@ -2,7 +2,8 @@
 
 CI runs `export_all("sm_90")` and `export_all("sm_100")`, so a kernel that stops compiling for
 Hopper or Blackwell fails CI. Each kernel is compiled for the specializations the SSD launches:
-chunk sizes 64/128/256 (the backward: 64, its own chunk size at every forward chunk of 64 or more), bf16/fp16/fp32 inputs, with and without the optional inputs.
+chunk sizes 64/128/256 (the backward: 64, its own chunk size at every forward chunk of 64 or more; bwd_dbc also
+at 16 and 32, the chunks of smaller forward chunks), bf16/fp16/fp32 inputs, with and without the optional inputs.
 
     python -m kernels.cutile.aot sm_90 sm_100
 """
