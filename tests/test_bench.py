@@ -4,8 +4,11 @@ shapes and the torch backend, write valid JSON."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -138,3 +141,28 @@ def test_ab_kernels_refuses_bad_arguments_before_running(tmp_path, rounds, trees
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("ab_kernels: " + message.format(root=ROOT, tmp=tmp_path)), done.stderr
     assert not (tmp_path / "ab").exists()
+
+
+def test_ab_kernels_stops_at_ctrl_c(tmp_path):
+    out = tmp_path / "ab"
+    bench = ("--shapes", "tiny", "--backends", "torch", "--modes", "fwd", "--repeats", "2", "--calls", "2")
+    proc = subprocess.Popen(
+        ["bash", "scripts/ab_kernels.sh", str(out), "3", f"a={ROOT}", f"b={ROOT}", "--", *bench],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / "a_1.log").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # inside the first benchmark process (importing torch takes longer)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: the whole group
+        assert proc.wait(timeout=60) == 130
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.stderr.read().strip().splitlines()[-1] == "ab_kernels: interrupted"
+    assert not (out / "a_1.json").exists()  # the running benchmark was stopped, not waited for
+    assert not (out / "b_1.log").exists()
