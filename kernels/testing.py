@@ -1,4 +1,4 @@
-"""Random SSD inputs, one recipe for the tests and the benchmarks."""
+"""Random SSD inputs, one recipe for the tests and the benchmarks, and the error measure they are compared by."""
 
 from __future__ import annotations
 
@@ -6,6 +6,13 @@ import torch
 from torch import Tensor
 
 from kernels import reference, reference_backward
+
+
+def rel_err(out: Tensor, ref: Tensor) -> float:
+    """‖out − ref‖ / ‖ref‖ in float64; fails on any non-finite value."""
+    out, ref = out.double(), ref.double()
+    assert torch.isfinite(out).all(), "non-finite values in output"
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
 def random_inputs(

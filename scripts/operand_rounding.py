@@ -23,7 +23,7 @@ from torch import Tensor
 
 from kernels import reference
 from kernels import reference_backward as ref_bwd
-from kernels.testing import stage_inputs
+from kernels.testing import rel_err, stage_inputs
 
 OUTPUTS = {
     "compute_out": ("y",),
@@ -31,10 +31,6 @@ OUTPUTS = {
     "bwd_dbc": ("dB", "dC", "da_inter"),
 }
 STORED = {"y", "dx", "dB", "dC"}  # outputs a kernel stores in the input dtype
-
-
-def rel(a: Tensor, b: Tensor) -> float:
-    return ((a - b).norm() / b.norm().clamp_min(1e-300)).item()
 
 
 def stage_outputs(stage: str, t: dict, states: Tensor, dstates: Tensor) -> tuple[Tensor, ...]:
@@ -63,8 +59,8 @@ def rounding_errors(dtype: torch.dtype, sizes: list[int]) -> dict[str, tuple[flo
             rounded = stage_outputs(stage, t, r(states), r(dstates))
             for name, a, b in zip(names, rounded, exact):
                 stored = name in STORED
-                err = rel(r(a) if stored else a, b)
-                floor = rel(r(b), b) if stored else 0.0
+                err = rel_err(r(a) if stored else a, b)
+                floor = rel_err(r(b), b) if stored else 0.0
                 old = worst.get(name, (0.0, 0.0))
                 worst[name] = (max(old[0], err), max(old[1], floor))
     return worst

@@ -1,4 +1,4 @@
-"""Shared by the GPU tests: the skip marker, the error measure, tolerances, the backend call."""
+"""Shared by the GPU tests: the skip marker, tolerances, the backend call (the error measure: kernels.testing.rel_err)."""
 
 from __future__ import annotations
 
@@ -18,13 +18,6 @@ CUTILE = [
 TOL = {torch.bfloat16: 1.5e-2, torch.float16: 4e-3, torch.float32: 3e-3}
 SEEDS = {torch.bfloat16: 100000, torch.float16: 200000, torch.float32: 300000}
 INPUTS = ("x", "dt", "A", "B", "C", "D", "dt_bias", "initial_states")
-
-
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """‖out − ref‖ / ‖ref‖ in float64; fails on any non-finite value."""
-    out, ref = out.double(), ref.double()
-    assert torch.isfinite(out).all(), "non-finite values in output"
-    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
 def run(inputs: dict, chunk: int, backend: str, **kw) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import kernels
-from kernels.testing import random_inputs
-from tests.gpu_common import CUTILE, INPUTS, SEEDS, TOL, rel_err, run
+from kernels.testing import random_inputs, rel_err
+from tests.gpu_common import CUTILE, INPUTS, SEEDS, TOL, run
 
 pytestmark = CUTILE
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)

@@ -15,8 +15,8 @@ import torch
 
 import kernels
 from kernels.reference import ssd_recurrent
-from kernels.testing import random_inputs
-from tests.gpu_common import CUTILE, SEEDS, TOL, rel_err, run
+from kernels.testing import random_inputs, rel_err
+from tests.gpu_common import CUTILE, SEEDS, TOL, run
 
 pytestmark = CUTILE
 

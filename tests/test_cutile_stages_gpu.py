@@ -20,8 +20,8 @@ from kernels.cutile.bwd_pass_state import bwd_pass_state
 from kernels.cutile.chunk_cumsum import chunk_cumsum
 from kernels.cutile.compute_out import compute_out
 from kernels.cutile.fwd_pass_state import fwd_pass_state
-from kernels.testing import stage_inputs
-from tests.gpu_common import CUTILE, SEEDS, TOL, rel_err
+from kernels.testing import rel_err, stage_inputs
+from tests.gpu_common import CUTILE, SEEDS, TOL
 
 pytestmark = CUTILE
 F64 = torch.float64
