@@ -87,6 +87,11 @@ def device_name(run: dict) -> str:
     return run["environment"].get("gpu") or "CPU"
 
 
+def devices(runs: Iterable[dict]) -> str:
+    """The devices a series ran on, each once, in order: "NVIDIA H200", or "A / B" where runs differ."""
+    return " / ".join(dict.fromkeys(device_name(r) for r in runs))
+
+
 def env_value(run: dict, key: str) -> str:
     """One environment entry as text: the device's name for "gpu", "none" for a package the run lacked."""
     value = device_name(run) if key == "gpu" else run["environment"].get(key)
@@ -854,7 +859,7 @@ def headline(
             + [runs_text(scrun)]
             for (size, seqlen, batch, mode, _), by in scpool.items()
         ]
-        scgpu = " / ".join(ordered(device_name(r) for r in scrun))
+        scgpu = devices(scrun)
         parts += [table([f"{scgpu}, {gpus} GPUs: scaling efficiency", *scnames, "runs"], scrows)]
     if parts:
         parts += ["Each cell: the median across runs, [min–max] when there are several."]
@@ -1035,10 +1040,10 @@ def main(argv: list[str] | None = None) -> int:
     spool = pool(srun, step_key, step_figures, base)
     scpool = pool(scrun, scaling_key, scaling_figures, base)
     rec = reconcile(srun, spool, kpool, base)
-    gpu = " / ".join(ordered(device_name(r) for r in [*krun, *srun]))
+    gpu = devices([*krun, *srun])
     pngs = plots(kpool, spool, rec, base, gpu, args.results)
     if scpool:
-        scgpu = " / ".join(ordered(device_name(r) for r in scrun))
+        scgpu = devices(scrun)
         pngs.append(scaling_plot(scpool, scgpu, runs_text(scrun), args.results))
     (args.results / "reconciliation.json").write_text(json.dumps(rec, indent=1) + "\n")
 
