@@ -27,6 +27,12 @@ import threading
 import warnings
 from pathlib import Path
 
+
+def _fail(message: str, code: int) -> None:
+    print(f"train.py: error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
 try:  # the libraries take seconds to load: Ctrl-C meanwhile ends as it does later, in one line
     import torch
     from jsonargparse import ArgumentError, DefaultHelpFormatter
@@ -45,8 +51,7 @@ try:  # the libraries take seconds to load: Ctrl-C meanwhile ends as it does lat
     from lightning_modules.loggers import LOGGED_RUN_KEY, LoggedRun, LoggingConfig, finish_loggers, make_loggers
     from lightning_modules.step_timer import StepTimer
 except KeyboardInterrupt:
-    print("train.py: error: interrupted before training began", file=sys.stderr)
-    raise SystemExit(130) from None
+    _fail("interrupted before training began", 130)
 
 DEBUG_FLAG = "--debug"
 
@@ -185,11 +190,6 @@ def _resume_hint(cli: TrainCLI) -> str:
     except CheckpointError:
         return "No checkpoint was written yet."
     return f"The last checkpoint ({last}, step {step}) is intact: resume with --ckpt_path last."
-
-
-def _fail(message: str, code: int) -> None:
-    print(f"train.py: error: {message}", file=sys.stderr)
-    raise SystemExit(code)
 
 
 def main(args: list[str] | None = None) -> TrainCLI:
