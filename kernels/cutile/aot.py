@@ -78,7 +78,7 @@ def signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
                 _signature(
                     [_array(dtype, 4), _array(dtype, 4), _array(dtype, 4), _array(f32, 3), _array(f32, 3)]
                     + [_array(f32, 5), _array(f32, 1), _array(dtype, 4)]
-                    + [8, 4, chunk, tile_t, tile_p, tile_n, True, name == "float32", 4]
+                    + [8, 4, chunk, tile_t, tile_p, tile_n, True, name == "float32", 4, name == "bfloat16"]
                 ),
             )
 
@@ -89,7 +89,8 @@ def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
     f32 = ct.float32
     i32 = ctc.ScalarConstraint(ct.int32)
     chunk = BACKWARD_CHUNK
-    # float16 takes the bfloat16 code path; float32 inputs take TF32 products.
+    # float16 takes the bfloat16 code path but TF32 products with fp32-formed operands (BF16_MMA off);
+    # float32 inputs take TF32 products.
     cases = [("bfloat16", 64, 128, True), ("bfloat16", 128, 64, False), ("float32", 64, 64, False)]
     for name, tile_p, tile_n, flag in cases:
         dtype, tf32 = DTYPES[name], name == "float32"
@@ -108,7 +109,7 @@ def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
                 [_array(dtype, 4)] * 4
                 + [_array(f32, 3), _array(f32, 3), _array(f32, 5), _array(f32, 1), _array(dtype, 4)]
                 + [_array(f32, 3)] * 3
-                + [8, 4, chunk, tile_p, tile_n, flag, tf32]
+                + [8, 4, chunk, tile_p, tile_n, flag, tf32, name == "bfloat16"]
             ),
         )
 
@@ -124,7 +125,7 @@ def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
             _signature(
                 [_array(dtype, 4)] * 4
                 + [_array(f32, 3), _array(f32, 3), _array(f32, 5), _array(f32, 5), _array(dtype, 4)]
-                + [_array(dtype, 4), _array(f32, 4), i32, 2, q, tile_p, tile_n, tf32]
+                + [_array(dtype, 4), _array(f32, 4), i32, 2, q, tile_p, tile_n, tf32, name == "bfloat16"]
             ),
         )
 

@@ -42,6 +42,7 @@ def bwd_dbc_kernel(
     TILE_P: ConstInt,
     TILE_N: ConstInt,
     TF32: ConstBool,
+    BF16_MMA: ConstBool,
 ):
     bg = ct.bid(0)
     bi = bg // NGROUPS
@@ -78,12 +79,18 @@ def bwd_dbc_kernel(
         else:
             scores = ct.mma(dyk, ct.transpose(xk), ct.zeros((Q, Q), dtype=ct.float32))
         dcb = dcb + scores * decay * d.reshape((1, Q))
-        inter = ct.mma(dyk.astype(TF), state.astype(TF), ct.zeros((Q, TILE_N), dtype=ct.float32)) * ct.exp(g)
+        passing = ct.exp(g_end) * ct.sum(grad * state, keepdims=True)  # (1, 1), fp32
+        if BF16_MMA:
+            inter = ct.mma(dyk, state.astype(ct.bfloat16), ct.zeros((Q, TILE_N), dtype=ct.float32)) * ct.exp(g)
+        else:
+            inter = ct.mma(dyk.astype(TF), state.astype(TF), ct.zeros((Q, TILE_N), dtype=ct.float32)) * ct.exp(g)
         dc_acc = dc_acc + inter
         q = ct.sum(c32 * inter, axis=1, keepdims=True)  # (Q, 1)
-        into_state = ct.mma(xk.astype(TF), grad.astype(TF), ct.zeros((Q, TILE_N), dtype=ct.float32))
+        if BF16_MMA:
+            into_state = ct.mma(xk, grad.astype(ct.bfloat16), ct.zeros((Q, TILE_N), dtype=ct.float32))
+        else:
+            into_state = ct.mma(xk.astype(TF), grad.astype(TF), ct.zeros((Q, TILE_N), dtype=ct.float32))
         db_acc = db_acc + into_state * (ct.exp(g_end - g) * d)
-        passing = ct.exp(g_end) * ct.sum(grad * state, keepdims=True)  # (1, 1)
         da = ct.cumsum(q, axis=0, reverse=True) + passing
         ct.store(da_inter, index=(ni, bi, hi, k), tile=da.reshape((1, 1, 1, Q)))
     dcb_tf = dcb.astype(TF)
@@ -140,7 +147,7 @@ def bwd_dbc(
             da_inter_blocks[cfg] = dt_out.new_empty((blocks,) + rows)
         out = da_inter_blocks[cfg]
         args = (x, dy, B, C, dt_out.view(rows), dA_cumsum.view(rows), chunk_states, dstates, dB, dC, out)
-        args += (h // g, g, chunk_size, next_pow2(p), tile_n, x.dtype == torch.float32)
+        args += (h // g, g, chunk_size, next_pow2(p), tile_n, x.dtype == torch.float32, x.dtype == torch.bfloat16)
         return (b * g, nchunks, blocks), with_hints(bwd_dbc_kernel, cfg.occupancy, cfg.worker_warps), args
 
     cfg = launch("bwd_dbc", shape_key(x, B, chunk_size), DbcConfig(), dbc_space, spec, x.device)

@@ -7,8 +7,10 @@ per (batch·head, chunk) holds the whole chunk (Q tokens, all of p and n) in reg
     dx  = dt ∘ dx̃ + D dy;   ddt_dir = rows of x ∘ dx̃;   r = dt ∘ rows of x ∘ (e ∘ B Ĝᵀ)
     R   = (dy xᵀ) ∘ L ∘ dt_s ∘ CB
     da_intra_j = Σ_{t>=j} Σ_{s<j} R[t, s] + Σ_{s<j} r_s        (stable: nothing summed is later subtracted)
-Products of raw inputs run on the input dtype (TF32 for float32 inputs); products with an fp32-formed
-operand (K, Ĝ) on TF32; everything summed accumulates in fp32.
+Products of raw inputs run on the input dtype (TF32 for float32 inputs); K enters its product in TF32, and
+Ĝ in bf16 when the inputs are bf16 (BF16_MMA, as mamba_ssm does), TF32 otherwise; everything summed
+accumulates in fp32. G arrives in log2 units (dA_cumsum·log2(e), scaled by the host) for exp2: scaling the
+loaded tile in the kernel cost 20% at the training step's shape (results/tuning_log.md).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ def bwd_dx_kernel(
     B,  # (b, l, g, n)
     C,  # (b, l, g, n)
     dt_out,  # (b, h, c * Q) float32
-    dA_cumsum,  # (b, h, c * Q) float32
+    dA_cumsum,  # (b, h, c * Q) float32, in log2 units
     dstates,  # (b, c, h, p, n) float32
     D,  # (h,) float32 (ignored unless HAS_D)
     dx,  # (b, l, h, p), written
@@ -43,6 +45,7 @@ def bwd_dx_kernel(
     TILE_N: ConstInt,
     HAS_D: ConstBool,
     TF32: ConstBool,
+    BF16_MMA: ConstBool,
 ):
     bh = ct.bid(0)
     bi = bh // NHEADS
@@ -53,7 +56,7 @@ def bwd_dx_kernel(
     dyk = ct.load(dy, index=(bi, k, hi, 0), shape=(1, Q, 1, TILE_P), padding_mode=ZERO).reshape((Q, TILE_P))
     bk = ct.load(B, index=(bi, k, gi, 0), shape=(1, Q, 1, TILE_N), padding_mode=ZERO).reshape((Q, TILE_N))
     ck = ct.load(C, index=(bi, k, gi, 0), shape=(1, Q, 1, TILE_N), padding_mode=ZERO).reshape((Q, TILE_N))
-    g = ct.load(dA_cumsum, index=(bi, hi, k), shape=(1, 1, Q)).reshape((Q, 1)) * LOG2E
+    g = ct.load(dA_cumsum, index=(bi, hi, k), shape=(1, 1, Q)).reshape((Q, 1))  # log2 units (the host scales)
     d = ct.load(dt_out, index=(bi, hi, k), shape=(1, 1, Q)).reshape((Q, 1))
     grad = ct.load(dstates, index=(bi, k, hi, 0, 0), shape=(1, 1, 1, TILE_P, TILE_N), padding_mode=ZERO).reshape(
         (TILE_P, TILE_N)
@@ -74,7 +77,10 @@ def bwd_dx_kernel(
     dy32 = dyk.astype(ct.float32)
 
     # The state term first: r is read off it before the intra-chunk term joins the accumulator.
-    dxt = ct.mma(bk.astype(TF), ct.transpose(grad.astype(TF)), ct.zeros((Q, TILE_P), dtype=ct.float32))
+    if BF16_MMA:
+        dxt = ct.mma(bk, ct.transpose(grad.astype(ct.bfloat16)), ct.zeros((Q, TILE_P), dtype=ct.float32))
+    else:
+        dxt = ct.mma(bk.astype(TF), ct.transpose(grad.astype(TF)), ct.zeros((Q, TILE_P), dtype=ct.float32))
     dxt = dxt * ct.exp2(g_end - g)
     r = d * ct.sum(x32 * dxt, axis=1, keepdims=True)  # (Q, 1)
     dxt = ct.mma(kt.astype(TF), dyk.astype(TF), dxt)
@@ -97,9 +103,9 @@ def bwd_dx_kernel(
 @dataclass(frozen=True)
 class DxConfig:
     """Hints of a bwd_dx launch (its program holds a whole chunk): occupancy and worker warps (0: the
-    compiler's choice). The default is the fastest measured at the seed shape (results/tuning_log.md)."""
+    compiler's choice). The default is the fastest measured at the training step's shape (results/tuning_log.md)."""
 
-    occupancy: int = 1
+    occupancy: int = 2
     worker_warps: int = 0
 
 
@@ -134,11 +140,12 @@ def bwd_dx(
     dD_part = torch.empty((b, nchunks, h), device=x.device, dtype=torch.float32)
     D32 = dt_out if D is None else D.to(torch.float32).contiguous()
     rows = (b, h, nchunks * chunk_size)
+    dA_log2 = dA_cumsum * LOG2E
     outs = (dx, ddt_dir.view(rows), da_intra.view(rows), dD_part)
 
     def spec(cfg: DxConfig) -> tuple[tuple[int, ...], object, tuple]:
-        args = (x, dy, B, C, dt_out.view(rows), dA_cumsum.view(rows), dstates, D32, *outs, h, h // g, chunk_size)
-        args += (next_pow2(p), next_pow2(n), D is not None, x.dtype == torch.float32)
+        args = (x, dy, B, C, dt_out.view(rows), dA_log2.view(rows), dstates, D32, *outs, h, h // g, chunk_size)
+        args += (next_pow2(p), next_pow2(n), D is not None, x.dtype == torch.float32, x.dtype == torch.bfloat16)
         return (b * h, nchunks), with_hints(bwd_dx_kernel, cfg.occupancy, cfg.worker_warps), args
 
     launch("bwd_dx", shape_key(x, B, chunk_size), DxConfig(), dx_space, spec, x.device)

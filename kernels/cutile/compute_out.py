@@ -7,8 +7,10 @@ head-dim tile). For its rows t it accumulates, in registers,
     acc += sum over column blocks s <= t of  (C_t B_sᵀ ∘ exp(G_t - G_s) ∘ [t >= s] ∘ dt_s) x_s
     y    = acc + D x_t
 The TILE_T × TILE_T interaction tile never leaves registers; the causal mask comes from comparing
-token indices, applied before the exponential so nothing above the diagonal can overflow. The product with
-x runs on TF32 operands with fp32 accumulation; y is stored in the input dtype.
+token indices, applied before the exponential so nothing above the diagonal can overflow. The two products
+with an fp32-formed operand (the chunk state, the score tile) take it in bf16 when the inputs are bf16 (as
+mamba_ssm does; BF16_MMA: twice TF32's rate and half its registers), in TF32 otherwise; every product
+accumulates in fp32, and y is stored in the input dtype.
 With TILE_T = Q a program holds the whole chunk (the seed's layout); smaller TILE_T bounds the
 registers for Q = 256 and skips the blocks above the diagonal.
 """
@@ -43,6 +45,7 @@ def compute_out_kernel(
     HAS_D: ConstBool,
     TF32_CB: ConstBool,
     LATENCY: ConstInt,
+    BF16_MMA: ConstBool,
 ):
     bh = ct.bid(0)
     bi = bh // NHEADS
@@ -67,7 +70,10 @@ def compute_out_kernel(
     s = ct.load(
         chunk_states, index=(bi, k, hi, pj, 0), shape=(1, 1, 1, TILE_P, TILE_N), padding_mode=ZERO, latency=2
     ).reshape((TILE_P, TILE_N))
-    acc = ct.mma(c_tf, ct.transpose(s.astype(ct.tfloat32)), ct.zeros((TILE_T, TILE_P), dtype=ct.float32))
+    if BF16_MMA:
+        acc = ct.mma(c_t, ct.transpose(s.astype(ct.bfloat16)), ct.zeros((TILE_T, TILE_P), dtype=ct.float32))
+    else:
+        acc = ct.mma(c_tf, ct.transpose(s.astype(ct.tfloat32)), ct.zeros((TILE_T, TILE_P), dtype=ct.float32))
     acc = acc * ct.exp2(g_t)
 
     if TF32_CB:
@@ -92,7 +98,10 @@ def compute_out_kernel(
         s_idx = sb * TILE_T + ct.arange(TILE_T, dtype=ct.int32).reshape((1, TILE_T))
         log_decay = ct.where(t_idx >= s_idx, g_t - g_s, -float("inf"))
         scores = cb * ct.exp2(log_decay) * d_s
-        acc = ct.mma(scores.astype(ct.tfloat32), x_s.astype(ct.tfloat32), acc)
+        if BF16_MMA:
+            acc = ct.mma(scores.astype(ct.bfloat16), x_s, acc)
+        else:
+            acc = ct.mma(scores.astype(ct.tfloat32), x_s.astype(ct.tfloat32), acc)
 
     if HAS_D:
         d_skip = ct.load(D, index=(hi,), shape=(1,)).reshape((1, 1))
@@ -102,9 +111,10 @@ def compute_out_kernel(
 
 @dataclass(frozen=True)
 class OutConfig:
-    """Block sizes and occupancy of one compute_out launch."""
+    """Block sizes and occupancy of one compute_out launch. The default is the fastest measured with bf16
+    inputs at the seed shape and at the training step's (results/tuning_log.md)."""
 
-    TILE_T: int = 64
+    TILE_T: int = 128
     TILE_P: int = 64
     latency: int = 4
     occupancy: int = 2
@@ -151,7 +161,7 @@ def compute_out(
         grid = (b * h, -(-seqlen // tile_t), -(-p // cfg.TILE_P))
         args = (x, B, C, dt_out.view(rows), dA_cumsum.view(rows), chunk_states, dt_out if D32 is None else D32, y)
         args += (h, h // g, chunk_size, tile_t, cfg.TILE_P, next_pow2(n, 1), D is not None, x.dtype == torch.float32)
-        return grid, with_hints(compute_out_kernel, cfg.occupancy), (*args, cfg.latency)
+        return grid, with_hints(compute_out_kernel, cfg.occupancy), (*args, cfg.latency, x.dtype == torch.bfloat16)
 
     key = shape_key(x, B, chunk_size)
     launch("compute_out", key, OutConfig(), lambda: search_space(chunk_size, p), spec, x.device)
