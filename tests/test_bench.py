@@ -166,3 +166,26 @@ def test_ab_kernels_stops_at_ctrl_c(tmp_path):
     assert proc.stderr.read().strip().splitlines()[-1] == "ab_kernels: interrupted"
     assert not (out / "a_1.json").exists()  # the running benchmark was stopped, not waited for
     assert not (out / "b_1.log").exists()
+
+
+def test_gpu_check_names_the_stuck_test_and_where_it_waits(tmp_path):
+    """gpu_check.sh on a selection whose second test never ends: the job times out, and the report names that
+    test and the frame it waits in (from the stack dump pytest's faulthandler_timeout writes)."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_stuck.py").write_text(
+        "import time\nimport pytest\n\n\n@pytest.mark.gpu\ndef test_quick():\n    pass\n\n\n"
+        "@pytest.mark.gpu\ndef test_stuck():\n    time.sleep(120)\n"
+    )
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0", "GPU_CHECK_TIMEOUT": "20", "GPU_CHECK_STACK": "3"}
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts/gpu_check.sh"), str(tmp_path / "out"), "1", "tests"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "gpu_check:  1 PASSED no outcome 1" in done.stdout
+    report = done.stdout.split("gpu_check: job0 timed out in tests/test_stuck.py::test_stuck\n", 1)[1]
+    assert 'test_stuck.py", line 12 in test_stuck' in report.splitlines()[0]
