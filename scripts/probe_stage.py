@@ -7,17 +7,23 @@ somewhere, change it, and probe both in one run (results/tuning_log.md keeps wha
     python scripts/probe_stage.py bwd_dbc /tmp/bwd_dbc_v2.py --chunks 64,128 --calls 20
     python scripts/probe_stage.py bwd_dbc --chunks 64 --sweep            # every configuration of its tune space
     python scripts/probe_stage.py bwd_dbc --chunks 64 --shape step       # one layer's SSD in the medium model's step
+    python scripts/probe_stage.py compute_out --chunks 128 --states float32,bfloat16   # fp32 and bf16 chunk states
 
 With --sweep each file's stage is tuned (a temporary tuning cache) and the time of every configuration of
 its tune space at the timed shape is printed. Each row's float64 check runs the configuration that row
 timed (without --sweep the file's default), forced at the check's shape: b 2, 16 heads in 2 groups (so
 that splits of a group's heads divide), l 2·chunk + 37 (a short last chunk).
+
+The stages reading chunk states or their gradients (compute_out, bwd_dx, bwd_dbc) take them in float32, or with
+--states in each dtype listed, one row per dtype: with bf16 inputs (the timed shape and the bf16 check) they are
+fed in that dtype; the fp32 check keeps float32 states, as fp32 inputs store them.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import logging
 import sys
 import tempfile
@@ -46,6 +52,7 @@ STAGES: dict[str, tuple[Callable, tuple[str, ...]]] = {
 # medium model's training step (configs/medium.yaml: d_model 768, expand 2 -> 24 heads; L 2048, batch 8)
 SHAPES = {"seed": {"b": 4, "l": 16384, "h": 8}, "step": {"b": 8, "l": 2048, "h": 24}}
 UPSTREAM = {"dt_out", "dA_cumsum", "chunk_states", "dstates", "D", "initial_states", "dfinal", "A", "dt_bias"}
+STATES = {"chunk_states", "dstates"}  # the upstream tensors --states sets the dtype of
 
 
 def load(stage: str, path: str | None) -> Callable:
@@ -60,28 +67,38 @@ def load(stage: str, path: str | None) -> Callable:
     return getattr(module, stage)
 
 
-def arguments(t: dict, names: tuple[str, ...], chunk: int, exact: bool) -> list:
-    """The stage's arguments: float64 everywhere for the reference, else the kernel's dtypes (fp32 upstream)."""
+def arguments(t: dict, names: tuple[str, ...], chunk: int, exact: bool, states: torch.dtype = torch.float32) -> list:
+    """The stage's arguments: float64 everywhere for the reference, else the kernel's dtypes (fp32 upstream,
+    chunk_states and dstates in `states`)."""
     out = []
     for name in names:
         v = {"chunk": chunk, "softplus": True}.get(name, t.get(name))
         if isinstance(v, torch.Tensor):
-            v = v.double() if exact else (v.float() if name in UPSTREAM else v)
+            if exact:
+                v = v.double()
+            elif name in STATES:
+                v = v.to(states)
+            elif name in UPSTREAM:
+                v = v.float()
         out.append(v)
     return out
 
 
-def max_error(fn: Callable, stage: str, dtype: torch.dtype, chunk: int) -> float:
+def max_error(fn: Callable, stage: str, dtype: torch.dtype, chunk: int, states: torch.dtype = torch.float32) -> float:
+    """The largest relative error of the stage's outputs; chunk states in `states` with bf16 inputs, else float32."""
     ref, names = STAGES[stage]
     t = stage_inputs(dtype, chunk, 64, 128, h=16, g=2, seed=chunk)
-    got, want = fn(*arguments(t, names, chunk, False)), ref(*arguments(t, names, chunk, True))
+    states = states if dtype == torch.bfloat16 else torch.float32
+    got, want = fn(*arguments(t, names, chunk, False, states)), ref(*arguments(t, names, chunk, True))
     pairs = zip(got, want) if isinstance(want, tuple) else [(got, want)]
     return max(((a.double() - b).norm() / b.norm()).item() for a, b in pairs if b is not None)
 
 
-def time_ms(fn: Callable, stage: str, chunk: int, calls: int, shape: str = "seed") -> float:
+def time_ms(
+    fn: Callable, stage: str, chunk: int, calls: int, shape: str = "seed", states: torch.dtype = torch.float32
+) -> float:
     t = stage_inputs(torch.bfloat16, chunk, 64, 128, **SHAPES[shape], g=1, seed=0)
-    args = arguments(t, STAGES[stage][1], chunk, False)
+    args = arguments(t, STAGES[stage][1], chunk, False, states)
     fn(*args)  # compile and, with --sweep, tune before timing
     return wall_ms(lambda: fn(*args), calls)
 
@@ -94,7 +111,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--sweep", action="store_true", help="tune, printing every configuration's time")
     ap.add_argument("--shape", choices=sorted(SHAPES), default="seed", help="the timed shape")
+    ap.add_argument(
+        "--states",
+        default="float32",
+        help="dtypes of the chunk states / state gradients fed with bf16 inputs (float32, bfloat16; comma-separated)",
+    )
     args = ap.parse_args(argv)
+    state_dtypes = [getattr(torch, name, None) for name in args.states.split(",")]
+    if any(d not in (torch.float32, torch.bfloat16) for d in state_dtypes):
+        ap.error(f"--states takes float32 and/or bfloat16, got {args.states!r}")
+    if state_dtypes != [torch.float32] and not STATES & set(STAGES[args.stage][1]):
+        ap.error(f"--states applies to the stages reading chunk states: compute_out, bwd_dx, bwd_dbc, not {args.stage}")
     if not torch.cuda.is_available():
         print("probe_stage needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -107,20 +134,21 @@ def main(argv: list[str] | None = None) -> int:
         kernels.set_autotune(True)
     for i, path in enumerate([None, *args.variants]):
         fn = load(args.stage, path)
-        # A fresh tuning cache per file: each launches its own default (nothing cached on this machine is
-        # reused), or with --sweep is tuned afresh.
-        tuning.set_cache_path(scratch / f"tuning{i}.json")
-        for chunk in (int(c) for c in args.chunks.split(",")):
+        for states, chunk in itertools.product(state_dtypes, (int(c) for c in args.chunks.split(","))):
+            # A fresh tuning cache per file and states dtype (the tuning key does not hold the latter): each
+            # launches its own default (nothing cached on this machine is reused), or with --sweep is tuned afresh.
+            tuning.set_cache_path(scratch / f"tuning{i}_{str(states)[6:]}.json")
             with tuning.forced(args.stage) as launched:
-                ms = time_ms(fn, args.stage, chunk, args.calls, args.shape)
+                ms = time_ms(fn, args.stage, chunk, args.calls, args.shape, states)
             if not launched:
                 print(f"{path}: its {args.stage} launched nothing through kernels.cutile.launch", file=sys.stderr)
                 return 2
             with tuning.forced(args.stage, launched[-1]):
-                e16, e32 = (max_error(fn, args.stage, d, chunk) for d in (torch.bfloat16, torch.float32))
+                e16, e32 = (max_error(fn, args.stage, d, chunk, states) for d in (torch.bfloat16, torch.float32))
+            label = "" if len(state_dtypes) == 1 and states == torch.float32 else f"  states {str(states)[6:]}"
             print(
-                f"{path or 'production':28s} chunk {chunk:3d}  {ms:8.3f} ms  rel err bf16 {e16:.1e} fp32 {e32:.1e}  "
-                f"{launched[-1]}",
+                f"{path or 'production':28s} chunk {chunk:3d}{label}  {ms:8.3f} ms  rel err bf16 {e16:.1e} "
+                f"fp32 {e32:.1e}  {launched[-1]}",
                 flush=True,
             )
     return 0
