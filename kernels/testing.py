@@ -84,5 +84,8 @@ def stage_inputs(
     dt_out, dA = reference.chunk_cumsum(f64["dt"], f64["A"], chunk, f64["dt_bias"], True)
     states, final = reference.fwd_pass_state(f64["x"], f64["B"], dt_out, dA, f64["initial_states"])
     dstates, dinit = reference_backward.bwd_pass_state(f64["dy"], f64["C"], dA, f64["dfinal"])
+    # dt_out as the cuTile chunk_cumsum returns it (contiguous; the reference's is a permuted view): the kernels
+    # are compiled per memory layout, so a test in another layout would run a variant production never launches.
+    dt_out = dt_out.contiguous()
     t.update(dt_out=dt_out, dA_cumsum=dA, chunk_states=states, final_state=final, dstates=dstates, dinit=dinit)
     return t

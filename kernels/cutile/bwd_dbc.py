@@ -10,7 +10,8 @@ and per head stores da_inter_j = Σ_{t>=j} q_t + exp(G_end) <Ĝ, S>, q_t = C_t �
 After the heads: dC += dCB_Σ B and dB += dCB_Σᵀ C, two more products (C·Bᵀ is shared by the group).
 Splitting the state columns over programs shrinks each program's accumulators and state tiles; dCB_Σ is
 then recomputed per block (it needs no state), and da_inter, a sum over the state columns, is written
-per block and summed on the host.
+per block and summed on the host. With bf16 inputs the two per-head products take S and Ĝ in bf16
+(BF16_MMA, as mamba_ssm does), TF32 otherwise; <Ĝ, S> and every accumulator stay fp32.
 """
 
 from __future__ import annotations

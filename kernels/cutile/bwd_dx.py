@@ -103,22 +103,25 @@ def bwd_dx_kernel(
 @dataclass(frozen=True)
 class DxConfig:
     """Hints of a bwd_dx launch (its program holds a whole chunk): occupancy and worker warps (0: the
-    compiler's choice). The default is the fastest measured at the training step's shape with bf16 inputs;
-    other dtypes keep occupancy 1 (`default_dx_config`)."""
+    compiler's choice). The default is the fastest measured at the training step's shape with bf16 inputs
+    (results/tuning_log.md); `default_dx_config` gives other dtypes occupancy 1."""
 
     occupancy: int = 2
     worker_warps: int = 0
 
 
 def default_dx_config(dtype: torch.dtype) -> DxConfig:
-    """The configuration used untuned. Occupancy 2 is measured only with bf16 inputs (results/tuning_log.md);
-    with float32 inputs at head dim 64 the cuTile backward with it did not finish in the GPU suite (cause not
-    yet located), so other dtypes keep occupancy 1, the configuration that suite had passed with."""
+    """The configuration used untuned: DxConfig() with bf16 inputs, where it was measured; occupancy 1 otherwise."""
     return DxConfig() if dtype == torch.bfloat16 else DxConfig(occupancy=1)
 
 
-def dx_space() -> list[DxConfig]:
-    return [DxConfig(occ, warps) for occ in (1, 2) for warps in (0, 8)]
+def dx_space(dtype: torch.dtype = torch.bfloat16) -> list[DxConfig]:
+    """The configurations tuning times. Not occupancy 2 with float32 inputs: its register cap makes the fp32
+    kernel spill at head dim 64 (72 bytes of stack in the sm_90 cubin of the signature the backward launches),
+    and the fp32 end-to-end backward tests at head dim 64 stalled while it was the default
+    (results/gpu_tests_h200.txt, 2026-12-01)."""
+    occupancies = (1,) if dtype == torch.float32 else (1, 2)
+    return [DxConfig(occ, warps) for occ in occupancies for warps in (0, 8)]
 
 
 def bwd_dx(
@@ -156,5 +159,6 @@ def bwd_dx(
         args += (next_pow2(p), next_pow2(n), D is not None, x.dtype == torch.float32, x.dtype == torch.bfloat16)
         return (b * h, nchunks), with_hints(bwd_dx_kernel, cfg.occupancy, cfg.worker_warps), args
 
-    launch("bwd_dx", shape_key(x, B, chunk_size), default_dx_config(x.dtype), dx_space, spec, x.device)
+    key = shape_key(x, B, chunk_size)
+    launch("bwd_dx", key, default_dx_config(x.dtype), lambda: dx_space(x.dtype), spec, x.device)
     return dx, ddt_dir, da_intra, None if D is None else dD_part.sum((0, 1))

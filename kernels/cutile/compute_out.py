@@ -112,12 +112,19 @@ def compute_out_kernel(
 @dataclass(frozen=True)
 class OutConfig:
     """Block sizes and occupancy of one compute_out launch. The default is the fastest measured with bf16
-    inputs at the seed shape and at the training step's (results/tuning_log.md)."""
+    inputs at the seed shape and at the training step's (results/tuning_log.md); `default_out_config` gives
+    other dtypes TILE_T 64."""
 
     TILE_T: int = 128
     TILE_P: int = 64
     latency: int = 4
     occupancy: int = 2
+
+
+def default_out_config(dtype: torch.dtype) -> OutConfig:
+    """The configuration used untuned: OutConfig() with bf16 inputs; with others TILE_T 64, the earlier default
+    (their products run in TF32, whose operands take twice bf16's registers; TILE_T 128 was measured with bf16)."""
+    return OutConfig() if dtype == torch.bfloat16 else OutConfig(TILE_T=64)
 
 
 def search_space(chunk_size: int, headdim: int) -> list[OutConfig]:
@@ -164,5 +171,5 @@ def compute_out(
         return grid, with_hints(compute_out_kernel, cfg.occupancy), (*args, cfg.latency, x.dtype == torch.bfloat16)
 
     key = shape_key(x, B, chunk_size)
-    launch("compute_out", key, OutConfig(), lambda: search_space(chunk_size, p), spec, x.device)
+    launch("compute_out", key, default_out_config(x.dtype), lambda: search_space(chunk_size, p), spec, x.device)
     return y
