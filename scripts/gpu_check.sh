@@ -9,12 +9,12 @@
 #
 # The selected tests (marker gpu) are dealt round-robin to JOBS processes, each stopped after
 # GPU_CHECK_TIMEOUT seconds (default 540). A test still running after GPU_CHECK_STACK seconds (default 180)
-# has every thread's stack written to its job's log (pytest's faulthandler_timeout); for each job that
-# timed out, the test it was running and the innermost frames of its last such dump are printed. OUTDIR gets the collected ids (ids.txt, collect.txt), each job's
-# log (jobN.txt) and exit code (exit_codes.txt), every test's outcome (outcomes.txt), and the tests with none
-# (no_outcome.txt: the job timed out or crashed first). Exits 1 when a test failed or has no outcome, every
-# test skipped, or a job ended with anything but 0 (a crash at exit included); 2 when the selection cannot be
-# collected or no GPU is visible.
+# has every thread's stack written to its job's log (pytest's faulthandler_timeout); for each job that timed
+# out, the test it was running and the innermost frames of its last such dump are printed. OUTDIR gets the
+# collected ids (ids.txt, collect.txt), each job's log (jobN.txt) and exit code (exit_codes.txt), every
+# test's outcome (outcomes.txt), and the tests with none (no_outcome.txt: the job timed out or crashed
+# first). Exits 1 when a test failed or has no outcome, every test skipped, or a job ended with anything but
+# 0 (a crash at exit included); 2 when the selection cannot be collected or no GPU is visible.
 set -uo pipefail
 out=${1:?usage: scripts/gpu_check.sh OUTDIR JOBS [PYTEST SELECTION...]}
 jobs=${2:?usage: scripts/gpu_check.sh OUTDIR JOBS [PYTEST SELECTION...]}
