@@ -52,7 +52,8 @@ class Shape:
 
 SEED = Shape(4, 16384, 8, 64, 128)
 STEP = Shape(8, 2048, 24, 64, 128)  # one layer's SSD in the medium model's step (configs/medium.yaml, batch 8)
-SWEEP = [Shape(4, l, 8, 64, n) for n in (64, 128) for l in (2048, 4096, 8192, 16384)]
+# L 2048-16384 x state 64 and 128 x head dim 64 and 128 (8 heads, batch 4)
+SWEEP = [Shape(4, l, 8, p, n) for p in (64, 128) for n in (64, 128) for l in (2048, 4096, 8192, 16384)]
 TINY = [Shape(1, 96, 2, 16, 8, chunk_size=32, dtype="float32")]
 TOP_KERNELS = 16  # kernels per record whose GPU times are kept (a cuTile forward + backward launches 10 kinds)
 SHAPE_SETS = {"seed": [SEED], "step": [STEP], "sweep": SWEEP, "tiny": TINY}
