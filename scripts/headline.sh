@@ -11,9 +11,9 @@
 # process prints its wall time. The first `kernels` process compiles and tunes at both shapes (the later ones
 # reuse the caches it leaves), and each `step` process compiles every variant and runs 3 warm-up and 10 timed
 # steps: each takes minutes, so N runs one process at a time (`kernels 1`, `kernels 2`, ...).
-# The kernels series ran on 2026-12-01 (processes of 350, 45 and 46 s on one H200); the step series have not
-# run yet. RESULTS (default
-# results/) says where the JSON goes, OUT (default the repository) where BENCHMARKS.md and README.md are.
+# The kernels series ran on 2026-12-01 (processes of about 350, 45 and 45 s on one H200); the step series
+# have not run yet. RESULTS (default results/) says where the JSON goes, OUT (default the repository) where
+# BENCHMARKS.md and README.md are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 part=${1:?usage: scripts/headline.sh kernels|step|step_graphs|report}
