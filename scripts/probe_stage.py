@@ -14,9 +14,9 @@ its tune space at the timed shape is printed. Each row's float64 check runs the 
 timed (without --sweep the file's default), forced at the check's shape: b 2, 16 heads in 2 groups (so
 that splits of a group's heads divide), l 2·chunk + 37 (a short last chunk).
 
-The stages reading chunk states or their gradients (compute_out, bwd_dx, bwd_dbc) take them in float32, or with
---states in each dtype listed, one row per dtype: with bf16 inputs (the timed shape and the bf16 check) they are
-fed in that dtype; the fp32 check keeps float32 states, as fp32 inputs store them.
+The stages reading chunk states or their gradients (compute_out, bwd_dx, bwd_dbc) take them with bf16 inputs (the
+timed shape and the bf16 check) in bf16, as fwd_pass_state and bwd_pass_state store them, or with --states in each
+dtype listed, one row per dtype; the fp32 check keeps float32 states, as fp32 inputs store them.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def load(stage: str, path: str | None) -> Callable:
     return getattr(module, stage)
 
 
-def arguments(t: dict, names: tuple[str, ...], chunk: int, exact: bool, states: torch.dtype = torch.float32) -> list:
+def arguments(t: dict, names: tuple[str, ...], chunk: int, exact: bool, states: torch.dtype = torch.bfloat16) -> list:
     """The stage's arguments: float64 everywhere for the reference, else the kernel's dtypes (fp32 upstream,
     chunk_states and dstates in `states`)."""
     out = []
@@ -84,7 +84,7 @@ def arguments(t: dict, names: tuple[str, ...], chunk: int, exact: bool, states: 
     return out
 
 
-def max_error(fn: Callable, stage: str, dtype: torch.dtype, chunk: int, states: torch.dtype = torch.float32) -> float:
+def max_error(fn: Callable, stage: str, dtype: torch.dtype, chunk: int, states: torch.dtype = torch.bfloat16) -> float:
     """The largest relative error of the stage's outputs; chunk states in `states` with bf16 inputs, else float32."""
     ref, names = STAGES[stage]
     t = stage_inputs(dtype, chunk, 64, 128, h=16, g=2, seed=chunk)
@@ -95,7 +95,7 @@ def max_error(fn: Callable, stage: str, dtype: torch.dtype, chunk: int, states: 
 
 
 def time_ms(
-    fn: Callable, stage: str, chunk: int, calls: int, shape: str = "seed", states: torch.dtype = torch.float32
+    fn: Callable, stage: str, chunk: int, calls: int, shape: str = "seed", states: torch.dtype = torch.bfloat16
 ) -> float:
     t = stage_inputs(torch.bfloat16, chunk, 64, 128, **SHAPES[shape], g=1, seed=0)
     args = arguments(t, STAGES[stage][1], chunk, False, states)
@@ -113,14 +113,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", choices=sorted(SHAPES), default="seed", help="the timed shape")
     ap.add_argument(
         "--states",
-        default="float32",
-        help="dtypes of the chunk states / state gradients fed with bf16 inputs (float32, bfloat16; comma-separated)",
+        default="bfloat16",
+        help="dtypes of the chunk states / state gradients fed with bf16 inputs (bfloat16, float32; comma-separated;"
+        " default bfloat16, as production stores them)",
     )
     args = ap.parse_args(argv)
     state_dtypes = [getattr(torch, name, None) for name in args.states.split(",")]
     if any(d not in (torch.float32, torch.bfloat16) for d in state_dtypes):
         ap.error(f"--states takes float32 and/or bfloat16, got {args.states!r}")
-    if state_dtypes != [torch.float32] and not STATES & set(STAGES[args.stage][1]):
+    if state_dtypes != [torch.bfloat16] and not STATES & set(STAGES[args.stage][1]):
         ap.error(f"--states applies to the stages reading chunk states: compute_out, bwd_dx, bwd_dbc, not {args.stage}")
     if not torch.cuda.is_available():
         print("probe_stage needs a CUDA GPU", file=sys.stderr)
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             with tuning.forced(args.stage, launched[-1]):
                 e16, e32 = (max_error(fn, args.stage, d, chunk, states) for d in (torch.bfloat16, torch.float32))
-            label = "" if len(state_dtypes) == 1 and states == torch.float32 else f"  states {str(states)[6:]}"
+            label = "" if len(state_dtypes) == 1 and states == torch.bfloat16 else f"  states {str(states)[6:]}"
             print(
                 f"{path or 'production':28s} chunk {chunk:3d}{label}  {ms:8.3f} ms  rel err bf16 {e16:.1e} "
                 f"fp32 {e32:.1e}  {launched[-1]}",

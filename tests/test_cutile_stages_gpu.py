@@ -19,7 +19,7 @@ from kernels.cutile.bwd_dx import bwd_dx, dx_space
 from kernels.cutile.bwd_pass_state import bwd_pass_state
 from kernels.cutile.chunk_cumsum import chunk_cumsum
 from kernels.cutile.compute_out import compute_out
-from kernels.cutile.fwd_pass_state import fwd_pass_state
+from kernels.cutile.fwd_pass_state import fwd_pass_state, states_dtype
 from kernels.testing import rel_err, stage_inputs
 from tests.gpu_common import CUTILE, SEEDS, TOL
 
@@ -43,6 +43,11 @@ def f32(*ts):
     return [t.float() for t in ts]
 
 
+def stored(dtype, *states):
+    """Chunk states / state gradients as fwd_pass_state and bwd_pass_state store them with `dtype` inputs."""
+    return [s.to(states_dtype(dtype)) for s in states]
+
+
 @pytest.mark.parametrize("dtype,chunk,p,n", GRID, ids=IDS)
 def test_forward_stages(dtype, chunk, p, n):
     t, t64, _, _, dt_out, dA, states, final = case(dtype, chunk, p, n)
@@ -50,8 +55,9 @@ def test_forward_stages(dtype, chunk, p, n):
     assert out.shape == dt_out.shape and cumsum.shape == dA.shape
     assert rel_err(out, dt_out) < 1e-6 and rel_err(cumsum, dA) < 1e-6
     s, fin = fwd_pass_state(t["x"], t["B"], *f32(dt_out, dA, t64["initial_states"]))
+    assert s.dtype == states_dtype(dtype) and fin.dtype == torch.float32
     assert rel_err(s, states) < TOL[dtype] and rel_err(fin, final) < TOL[dtype]
-    y = compute_out(t["x"], t["B"], t["C"], *f32(dt_out, dA, states, t64["D"]))
+    y = compute_out(t["x"], t["B"], t["C"], *f32(dt_out, dA), *stored(dtype, states), *f32(t64["D"]))
     y64 = reference.compute_out(t64["x"], t64["B"], t64["C"], dt_out, dA, states, t64["D"])
     assert y.dtype == dtype and rel_err(y, y64) < TOL[dtype]
 
@@ -62,16 +68,17 @@ def test_backward_stages(dtype, chunk, p, n):
     dy64 = dy.to(F64)
     dstates, dinit = ref_bwd.bwd_pass_state(dy64, t64["C"], dA, dfinal.to(F64))
     got_dstates, got_dinit = bwd_pass_state(dy, t["C"], dA.float(), dfinal)
+    assert got_dstates.dtype == states_dtype(dtype) and got_dinit.dtype == torch.float32
     assert rel_err(got_dstates, dstates) < TOL[dtype] and rel_err(got_dinit, dinit) < TOL[dtype]
 
     dx, ddt_dir, da_intra, dD = ref_bwd.bwd_dx(t64["x"], dy64, t64["B"], t64["C"], dt_out, dA, dstates, t64["D"])
-    got = bwd_dx(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA, dstates, t64["D"]))
+    got = bwd_dx(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA), *stored(dtype, dstates), *f32(t64["D"]))
     assert got[0].dtype == dtype
     for name, a, b in zip(("dx", "ddt_dir", "da_intra", "dD"), got, (dx, ddt_dir, da_intra, dD)):
         assert rel_err(a, b) < TOL[dtype], name
 
     dB, dC, da_inter = ref_bwd.bwd_dbc(t64["x"], dy64, t64["B"], t64["C"], dt_out, dA, states, dstates)
-    got = bwd_dbc(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA, states, dstates))
+    got = bwd_dbc(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA), *stored(dtype, states, dstates))
     assert got[0].dtype == dtype and got[1].dtype == dtype
     for name, a, b in zip(("dB", "dC", "da_inter"), got, (dB, dC, da_inter)):
         assert rel_err(a, b) < TOL[dtype], name
@@ -99,10 +106,10 @@ def test_every_tuning_configuration_of_the_backward(stage, config):
     with tuning.forced(stage, config) as launched:
         if stage == "bwd_dbc":
             want = ref_bwd.bwd_dbc(t64["x"], dy.to(F64), t64["B"], t64["C"], dt_out, dA, states, dstates)
-            got = bwd_dbc(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA, states, dstates))
+            got = bwd_dbc(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA), *stored(torch.bfloat16, states, dstates))
         else:
             want = ref_bwd.bwd_dx(t64["x"], dy.to(F64), t64["B"], t64["C"], dt_out, dA, dstates, t64["D"])
-            got = bwd_dx(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA, dstates, t64["D"]))
+            got = bwd_dx(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA), *stored(torch.bfloat16, dstates), *f32(t64["D"]))
     assert launched == [config]
     for i, (a, b) in enumerate(zip(got, want)):
         assert rel_err(a, b) < TOL[torch.bfloat16], (stage, config, i)

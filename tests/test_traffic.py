@@ -36,6 +36,16 @@ def test_each_stage_moves_its_tensors_once_on_a_tiny_shape():
     assert ssd_io(TINY) == Traffic(X + 2 * BC + DT + 3 * VEC, X)
 
 
+def test_bf16_inputs_store_the_chunk_states_and_their_gradients_in_bf16():
+    bf16 = SSDShape.of({**TINY.__dict__, "dtype": "bfloat16"})  # same element size as TINY's float16
+    half = STATES // 2
+    assert stage_traffic("fwd_pass_state", bf16) == Traffic(X + BC + 2 * ROW, half + STATE)
+    assert stage_traffic("compute_out", bf16).read == X + 2 * BC + 2 * ROW + half + VEC
+    assert stage_traffic("bwd_pass_state", bf16).write == half + STATE
+    assert stage_traffic("bwd_dx", bf16).read == 2 * X + 2 * BC + 2 * ROW + half + VEC
+    assert stage_traffic("bwd_dbc", bf16).read == 2 * X + 2 * BC + 2 * ROW + 2 * half
+
+
 def test_constants_set_the_chunk_size_the_optional_inputs_and_the_dbc_blocks():
     # Q 2: 3 chunks, rows padded to 6 tokens (48 bytes), chunk_states of 3 chunks (768 bytes).
     assert stage_traffic("fwd_pass_state", TINY, {"Q": 2}) == Traffic(X + BC + 2 * 48, 768 + STATE)

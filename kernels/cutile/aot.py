@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 
 import cuda.tile as ct
+import torch
 from cuda.tile import compilation as ctc
 
 from kernels.cutile.bwd_dbc import bwd_dbc_kernel
@@ -23,10 +24,15 @@ from kernels.cutile.bwd_dx import bwd_dx_kernel
 from kernels.cutile.bwd_pass_state import bwd_pass_state_kernel
 from kernels.cutile.chunk_cumsum import chunk_cumsum_kernel
 from kernels.cutile.compute_out import compute_out_kernel
-from kernels.cutile.fwd_pass_state import fwd_pass_state_kernel
+from kernels.cutile.fwd_pass_state import fwd_pass_state_kernel, states_dtype
 from kernels.cutile.ssd import BACKWARD_CHUNK
 
 DTYPES = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}
+
+
+def _states(name: str):
+    """The cuTile dtype of the chunk states and their gradients with `name` inputs (fwd_pass_state.states_dtype)."""
+    return DTYPES[str(states_dtype(getattr(torch, name))).removeprefix("torch.")]
 
 
 def _array(dtype, ndim: int):
@@ -66,7 +72,7 @@ def signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
                 fwd_pass_state_kernel,
                 _signature(
                     [_array(dtype, 4), _array(dtype, 4), _array(f32, 3), _array(f32, 3)]
-                    + [_array(f32, 4), _array(f32, 5), _array(f32, 4)]
+                    + [_array(f32, 4), _array(_states(name), 5), _array(f32, 4)]
                     + [8, 8, chunk, tile_p, tile_n, has_init, name == "float32", 4]
                 ),
             )
@@ -77,7 +83,7 @@ def signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
                 compute_out_kernel,
                 _signature(
                     [_array(dtype, 4), _array(dtype, 4), _array(dtype, 4), _array(f32, 3), _array(f32, 3)]
-                    + [_array(f32, 5), _array(f32, 1), _array(dtype, 4)]
+                    + [_array(_states(name), 5), _array(f32, 1), _array(dtype, 4)]
                     + [8, 4, chunk, tile_t, tile_p, tile_n, True, name == "float32", 4, name == "bfloat16"]
                 ),
             )
@@ -98,7 +104,7 @@ def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
             f"bwd_pass_state[{name},Q={chunk},dfinal={flag}]",
             bwd_pass_state_kernel,
             _signature(
-                [_array(dtype, 4), _array(dtype, 4), _array(f32, 3), _array(f32, 4), _array(f32, 5)]
+                [_array(dtype, 4), _array(dtype, 4), _array(f32, 3), _array(f32, 4), _array(_states(name), 5)]
                 + [_array(f32, 4), 8, 8, chunk, 32, 64, flag, tf32, 4]
             ),
         )
@@ -107,9 +113,9 @@ def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
             bwd_dx_kernel,
             _signature(
                 [_array(dtype, 4)] * 4
-                + [_array(f32, 3), _array(f32, 3), _array(f32, 5), _array(f32, 1), _array(dtype, 4)]
+                + [_array(f32, 3), _array(f32, 3), _array(_states(name), 5), _array(f32, 1), _array(dtype, 4)]
                 + [_array(f32, 3)] * 3
-                + [8, 4, chunk, tile_p, tile_n, flag, tf32, name == "bfloat16"]
+                + [8, 4, chunk, tile_p, tile_n, flag, tf32, name == "bfloat16", name == "bfloat16"]
             ),
         )
 
@@ -124,7 +130,7 @@ def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
             bwd_dbc_kernel,
             _signature(
                 [_array(dtype, 4)] * 4
-                + [_array(f32, 3), _array(f32, 3), _array(f32, 5), _array(f32, 5), _array(dtype, 4)]
+                + [_array(f32, 3), _array(f32, 3), _array(_states(name), 5), _array(_states(name), 5), _array(dtype, 4)]
                 + [_array(dtype, 4), _array(f32, 4), i32, 2, q, tile_p, tile_n, tf32, name == "bfloat16"]
             ),
         )

@@ -12,6 +12,10 @@ Splitting the state columns over programs shrinks each program's accumulators an
 then recomputed per block (it needs no state), and da_inter, a sum over the state columns, is written
 per block and summed on the host. With bf16 inputs the two per-head products take S and Ĝ in bf16
 (BF16_MMA, as mamba_ssm does), TF32 otherwise; <Ĝ, S> and every accumulator stay fp32.
+S and Ĝ arrive in bf16 with bf16 inputs (fwd_pass_state and bwd_pass_state store them so), in float32
+otherwise; either dtype is taken with any input dtype. The bf16 products take bf16 tiles as loaded (astype to a
+tile's own dtype is no operation); <Ĝ, S> widens both tiles to fp32 before the product and the sum (bf16 tiles
+would multiply and reduce in bf16), so it sees only the storage rounding.
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ def bwd_dbc_kernel(
     C,  # (b, l, g, n)
     dt_out,  # (b, h, c * Q) float32
     dA_cumsum,  # (b, h, c * Q) float32
-    chunk_states,  # (b, c, h, p, n) float32
-    dstates,  # (b, c, h, p, n) float32
+    chunk_states,  # (b, c, h, p, n) bfloat16 or float32
+    dstates,  # (b, c, h, p, n) bfloat16 or float32
     dB,  # (b, l, g, n), written
     dC,  # (b, l, g, n), written
     da_inter,  # (blocks, b, h, c * Q) float32, written: one row per block of state columns
@@ -80,7 +84,8 @@ def bwd_dbc_kernel(
         else:
             scores = ct.mma(dyk, ct.transpose(xk), ct.zeros((Q, Q), dtype=ct.float32))
         dcb = dcb + scores * decay * d.reshape((1, Q))
-        passing = ct.exp(g_end) * ct.sum(grad * state, keepdims=True)  # (1, 1), fp32
+        # (1, 1), fp32: the tiles widened first (no operation on float32 states)
+        passing = ct.exp(g_end) * ct.sum(grad.astype(ct.float32) * state.astype(ct.float32), keepdims=True)
         if BF16_MMA:
             inter = ct.mma(dyk, state.astype(ct.bfloat16), ct.zeros((Q, TILE_N), dtype=ct.float32)) * ct.exp(g)
         else:
@@ -129,7 +134,8 @@ def bwd_dbc(
 
     Args:
         x, dy: (b, l, h, p).  B, C: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) float32.
-        chunk_states, dstates: (b, c, h, p, n) float32 from `fwd_pass_state` and `bwd_pass_state`.
+        chunk_states, dstates: (b, c, h, p, n) from `fwd_pass_state` and `bwd_pass_state`, each bfloat16 or
+            float32 (with any input dtype).
     Returns:
         dB, dC: (b, l, g, n) in B's dtype.  da_inter: (b, h, c, Q) float32.
     """

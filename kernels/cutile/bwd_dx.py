@@ -8,9 +8,13 @@ per (batch·head, chunk) holds the whole chunk (Q tokens, all of p and n) in reg
     R   = (dy xᵀ) ∘ L ∘ dt_s ∘ CB
     da_intra_j = Σ_{t>=j} Σ_{s<j} R[t, s] + Σ_{s<j} r_s        (stable: nothing summed is later subtracted)
 Products of raw inputs run on the input dtype (TF32 for float32 inputs); K enters its product in TF32, and
-Ĝ in bf16 when the inputs are bf16 (BF16_MMA, as mamba_ssm does), TF32 otherwise; everything summed
-accumulates in fp32. G arrives in log2 units (dA_cumsum·log2(e), scaled by the host) for exp2: scaling the
-loaded tile in the kernel cost 20% at the training step's shape (results/tuning_log.md).
+Ĝ in bf16 when the inputs are bf16 (BF16_MMA, as mamba_ssm does; bwd_pass_state then stores it in bf16, and
+it enters the product as loaded), TF32 otherwise; everything summed accumulates in fp32.
+With bf16 inputs G arrives in log2 units (dA_cumsum·log2(e), scaled by the host) for exp2: scaling the loaded
+tile in the kernel cost 20% at the training step's shape. Other dtypes scale it in the kernel: with fp32
+inputs at head dim 64 the host-scaled form hangs on the GPU (cuda-tile 1.7.0, H200, occupancy 1 and 2 with
+the compiler's warp count; the kernel has no loop), the kernel-scaled one does not (results/tuning_log.md,
+2026-12-01, "a hang").
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ def bwd_dx_kernel(
     B,  # (b, l, g, n)
     C,  # (b, l, g, n)
     dt_out,  # (b, h, c * Q) float32
-    dA_cumsum,  # (b, h, c * Q) float32, in log2 units
-    dstates,  # (b, c, h, p, n) float32
+    dA_cumsum,  # (b, h, c * Q) float32, in log2 units when G_LOG2
+    dstates,  # (b, c, h, p, n) bfloat16 (bf16 inputs) or float32
     D,  # (h,) float32 (ignored unless HAS_D)
     dx,  # (b, l, h, p), written
     ddt_dir,  # (b, h, c * Q) float32, written
@@ -46,6 +50,7 @@ def bwd_dx_kernel(
     HAS_D: ConstBool,
     TF32: ConstBool,
     BF16_MMA: ConstBool,
+    G_LOG2: ConstBool,
 ):
     bh = ct.bid(0)
     bi = bh // NHEADS
@@ -56,7 +61,9 @@ def bwd_dx_kernel(
     dyk = ct.load(dy, index=(bi, k, hi, 0), shape=(1, Q, 1, TILE_P), padding_mode=ZERO).reshape((Q, TILE_P))
     bk = ct.load(B, index=(bi, k, gi, 0), shape=(1, Q, 1, TILE_N), padding_mode=ZERO).reshape((Q, TILE_N))
     ck = ct.load(C, index=(bi, k, gi, 0), shape=(1, Q, 1, TILE_N), padding_mode=ZERO).reshape((Q, TILE_N))
-    g = ct.load(dA_cumsum, index=(bi, hi, k), shape=(1, 1, Q)).reshape((Q, 1))  # log2 units (the host scales)
+    g = ct.load(dA_cumsum, index=(bi, hi, k), shape=(1, 1, Q)).reshape((Q, 1))
+    if not G_LOG2:
+        g = g * LOG2E
     d = ct.load(dt_out, index=(bi, hi, k), shape=(1, 1, Q)).reshape((Q, 1))
     grad = ct.load(dstates, index=(bi, k, hi, 0, 0), shape=(1, 1, 1, TILE_P, TILE_N), padding_mode=ZERO).reshape(
         (TILE_P, TILE_N)
@@ -77,7 +84,7 @@ def bwd_dx_kernel(
     dy32 = dyk.astype(ct.float32)
 
     # The state term first: r is read off it before the intra-chunk term joins the accumulator.
-    if BF16_MMA:
+    if BF16_MMA:  # astype is no operation on bf16 dstates: they enter the product as loaded
         dxt = ct.mma(bk, ct.transpose(grad.astype(ct.bfloat16)), ct.zeros((Q, TILE_P), dtype=ct.float32))
     else:
         dxt = ct.mma(bk.astype(TF), ct.transpose(grad.astype(TF)), ct.zeros((Q, TILE_P), dtype=ct.float32))
@@ -138,7 +145,8 @@ def bwd_dx(
 
     Args:
         x, dy: (b, l, h, p).  B, C: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) float32.
-        dstates: (b, c, h, p, n) float32 from `bwd_pass_state`.  D: (h,) or None.
+        dstates: (b, c, h, p, n) from `bwd_pass_state`, bfloat16 or float32 (either with any input dtype).
+        D: (h,) or None.
     Returns:
         dx: (b, l, h, p) in x's dtype.  ddt_dir, da_intra: (b, h, c, Q) float32.  dD: (h,) float32 or None.
     """
@@ -151,12 +159,13 @@ def bwd_dx(
     dD_part = torch.empty((b, nchunks, h), device=x.device, dtype=torch.float32)
     D32 = dt_out if D is None else D.to(torch.float32).contiguous()
     rows = (b, h, nchunks * chunk_size)
-    dA_log2 = dA_cumsum * LOG2E
+    g_log2 = x.dtype == torch.bfloat16  # the host scales G to log2 units (see the module docstring)
+    dA_g = dA_cumsum * LOG2E if g_log2 else dA_cumsum
     outs = (dx, ddt_dir.view(rows), da_intra.view(rows), dD_part)
 
     def spec(cfg: DxConfig) -> tuple[tuple[int, ...], object, tuple]:
-        args = (x, dy, B, C, dt_out.view(rows), dA_log2.view(rows), dstates, D32, *outs, h, h // g, chunk_size)
-        args += (next_pow2(p), next_pow2(n), D is not None, x.dtype == torch.float32, x.dtype == torch.bfloat16)
+        args = (x, dy, B, C, dt_out.view(rows), dA_g.view(rows), dstates, D32, *outs, h, h // g, chunk_size)
+        args += (next_pow2(p), next_pow2(n), D is not None, x.dtype == torch.float32, x.dtype == torch.bfloat16, g_log2)
         return (b * h, nchunks), with_hints(bwd_dx_kernel, cfg.occupancy, cfg.worker_warps), args
 
     key = shape_key(x, B, chunk_size)

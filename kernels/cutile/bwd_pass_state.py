@@ -6,6 +6,12 @@ gradient arriving on the final state (or 0) and walks the chunks from the last: 
 gradient of the state leaving chunk k), then steps over the chunk with one ct.mma,
     G = exp(G_end) * G + (dy * exp(G))ᵀ C        (TILE_P, Q) @ (Q, TILE_N),
 and stores G after chunk 0 as the gradient of the initial state.
+
+With bf16 inputs (dy) dstates is stored in bf16, as mamba_ssm's state-passing backward stores it in the
+inputs' dtype: it halves the largest tensor this stage writes and bwd_dx and bwd_dbc read. The recurrence
+stays fp32 in registers (only the stored copy is rounded) and dinitial_states stays float32; fp32 and fp16
+inputs keep float32 dstates. bwd_dx's and bwd_dbc's bf16 products rounded the gradient to bf16 already, so
+only bwd_dbc's fp32 term exp(G_end) <Ĝ, S> sees the rounding.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import cuda.tile as ct
 import torch
 
 from kernels.cutile.chunk_cumsum import LOG2E
-from kernels.cutile.fwd_pass_state import StateConfig, search_space
+from kernels.cutile.fwd_pass_state import StateConfig, search_space, states_dtype
 from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, shape_key, with_hints
 
 
@@ -24,7 +30,7 @@ def bwd_pass_state_kernel(
     C,  # (b, l, g, n)
     dA_cumsum,  # (b, h, c * Q) float32
     dfinal_state,  # (b, h, p, n) float32 (ignored unless HAS_DFINAL)
-    dstates,  # (b, c, h, p, n) float32, written
+    dstates,  # (b, c, h, p, n) bfloat16 (bf16 inputs) or float32, written
     dinitial_states,  # (b, h, p, n) float32, written
     NHEADS: ConstInt,
     HEADS_PER_GROUP: ConstInt,
@@ -50,7 +56,8 @@ def bwd_pass_state_kernel(
     nchunks = dstates.shape[1]
     for step in range(nchunks):
         k = nchunks - 1 - step
-        ct.store(dstates, index=(bi, k, hi, pj, nj), tile=grad.reshape((1, 1, 1, TILE_P, TILE_N)))
+        # the stored copy is rounded to dstates' dtype; the gradient carried on stays fp32
+        ct.store(dstates, index=(bi, k, hi, pj, nj), tile=grad.astype(dstates.dtype).reshape((1, 1, 1, TILE_P, TILE_N)))
         g = ct.load(dA_cumsum, index=(bi, hi, k), shape=(1, 1, Q), latency=2).reshape((Q, 1)) * LOG2E
         dyk = ct.load(dy, index=(bi, k, hi, pj), shape=(1, Q, 1, TILE_P), padding_mode=ZERO, latency=LATENCY).reshape(
             (Q, TILE_P)
@@ -82,13 +89,14 @@ def bwd_pass_state(
     Args:
         dy: (b, l, h, p).  C: (b, l, g, n).  dA_cumsum: (b, h, c, Q) float32.  dfinal_state: (b, h, p, n) or None.
     Returns:
-        dstates: (b, c, h, p, n) float32, the gradient of the state leaving each chunk.
+        dstates: (b, c, h, p, n), the gradient of the state leaving each chunk: bfloat16 when dy is bfloat16, else
+            float32.
         dinitial_states: (b, h, p, n) float32.
     """
     b, _, h, p = dy.shape
     g, n = C.shape[-2:]
     _, _, nchunks, chunk_size = dA_cumsum.shape
-    dstates = torch.empty((b, nchunks, h, p, n), device=dy.device, dtype=torch.float32)
+    dstates = torch.empty((b, nchunks, h, p, n), device=dy.device, dtype=states_dtype(dy.dtype))
     dinit = torch.empty((b, h, p, n), device=dy.device, dtype=torch.float32)
     dfinal = dinit if dfinal_state is None else dfinal_state.to(torch.float32).contiguous()
     rows = (b, h, nchunks * chunk_size)

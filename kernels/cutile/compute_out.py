@@ -10,7 +10,8 @@ The TILE_T × TILE_T interaction tile never leaves registers; the causal mask co
 token indices, applied before the exponential so nothing above the diagonal can overflow. The two products
 with an fp32-formed operand (the chunk state, the score tile) take it in bf16 when the inputs are bf16 (as
 mamba_ssm does; BF16_MMA: twice TF32's rate and half its registers), in TF32 otherwise; every product
-accumulates in fp32, and y is stored in the input dtype.
+accumulates in fp32, and y is stored in the input dtype. With bf16 inputs the chunk state arrives in bf16
+(fwd_pass_state stores it so) and enters its product as loaded; float32 states are taken with any input dtype.
 With TILE_T = Q a program holds the whole chunk (the seed's layout); smaller TILE_T bounds the
 registers for Q = 256 and skips the blocks above the diagonal.
 """
@@ -33,7 +34,7 @@ def compute_out_kernel(
     C,  # (b, l, g, n)
     dt_out,  # (b, h, c * Q) float32
     dA_cumsum,  # (b, h, c * Q) float32
-    chunk_states,  # (b, c, h, p, n) float32
+    chunk_states,  # (b, c, h, p, n) bfloat16 (bf16 inputs) or float32
     D,  # (h,) float32 (ignored unless HAS_D)
     y,  # (b, l, h, p), written
     NHEADS: ConstInt,
@@ -70,7 +71,7 @@ def compute_out_kernel(
     s = ct.load(
         chunk_states, index=(bi, k, hi, pj, 0), shape=(1, 1, 1, TILE_P, TILE_N), padding_mode=ZERO, latency=2
     ).reshape((TILE_P, TILE_N))
-    if BF16_MMA:
+    if BF16_MMA:  # astype is no operation on bf16 states: they enter the product as loaded
         acc = ct.mma(c_t, ct.transpose(s.astype(ct.bfloat16)), ct.zeros((TILE_T, TILE_P), dtype=ct.float32))
     else:
         acc = ct.mma(c_tf, ct.transpose(s.astype(ct.tfloat32)), ct.zeros((TILE_T, TILE_P), dtype=ct.float32))
@@ -152,7 +153,8 @@ def compute_out(
 
     Args:
         x: (b, l, h, p).  B, C: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) float32.
-        chunk_states: (b, c, h, p, n) float32 from `fwd_pass_state`.  D: (h,) or None.
+        chunk_states: (b, c, h, p, n) from `fwd_pass_state`, bfloat16 or float32 (either with any input dtype).
+        D: (h,) or None.
     Returns:
         y: (b, l, h, p) in x's dtype.
     """

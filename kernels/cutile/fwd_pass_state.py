@@ -2,10 +2,16 @@
 
 Reference: `kernels.reference.fwd_pass_state`, whose contract the host function `fwd_pass_state` keeps.
 One program per (batch, head, head-dim tile, state tile)
-walks the chunks in order: it stores the state entering chunk k (float32), then jumps over the chunk
+walks the chunks in order: it stores the state entering chunk k (in chunk_states' dtype), then jumps over the chunk
 in one step: the old state decays by exp(G_end) and one ct.mma adds all Q tokens,
     state = exp(G_end) * state + xᵀ (B * exp(G_end - G) * dt)        (TILE_P, Q) @ (Q, TILE_N).
 Sequential steps: number of chunks, not number of tokens.
+
+With bf16 inputs chunk_states is stored in bf16, as mamba_ssm's state passing stores the states in the
+inputs' dtype: it halves the largest tensor this stage writes and compute_out and bwd_dbc read. The recurrence
+stays fp32 in registers (only the stored copy is rounded) and final_state stays float32. fp32 and fp16 inputs
+keep float32 chunk_states (fp16's range is too narrow for states). compute_out's bf16 product rounded the
+state to bf16 already, so the forward's y is the same either way.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ def fwd_pass_state_kernel(
     dt_out,  # (b, h, c * Q) float32
     dA_cumsum,  # (b, h, c * Q) float32
     initial_states,  # (b, h, p, n) float32 (ignored unless HAS_INIT)
-    chunk_states,  # (b, c, h, p, n) float32, written
+    chunk_states,  # (b, c, h, p, n) bfloat16 (bf16 inputs) or float32, written
     final_state,  # (b, h, p, n) float32, written
     NHEADS: ConstInt,
     HEADS_PER_GROUP: ConstInt,
@@ -50,7 +56,12 @@ def fwd_pass_state_kernel(
         state = ct.zeros((TILE_P, TILE_N), dtype=ct.float32)
     nchunks = chunk_states.shape[1]
     for k in range(nchunks):
-        ct.store(chunk_states, index=(bi, k, hi, pj, nj), tile=state.reshape((1, 1, 1, TILE_P, TILE_N)))
+        # the stored copy is rounded to chunk_states' dtype; the state carried on stays fp32
+        ct.store(
+            chunk_states,
+            index=(bi, k, hi, pj, nj),
+            tile=state.astype(chunk_states.dtype).reshape((1, 1, 1, TILE_P, TILE_N)),
+        )
         # natural-log units with ct.exp: scaling the loaded g by log2(e) for exp2 made this loop slower
         # (results/tuning_log.md, "exp against exp2")
         g = ct.load(dA_cumsum, index=(bi, hi, k), shape=(1, 1, Q), latency=2).reshape((Q, 1))
@@ -73,6 +84,11 @@ def fwd_pass_state_kernel(
             bw = bw.astype(xk.dtype)
         state = ct.mma(xt, bw, state * ct.exp(g_end))
     ct.store(final_state, index=(bi, hi, pj, nj), tile=state.reshape((1, 1, TILE_P, TILE_N)))
+
+
+def states_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype chunk states and their gradients are stored in with `dtype` inputs: bf16 for bf16, else float32."""
+    return torch.bfloat16 if dtype == torch.bfloat16 else torch.float32
 
 
 @dataclass(frozen=True)
@@ -110,12 +126,13 @@ def fwd_pass_state(
         x: (b, l, h, p).  B: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) float32 from `chunk_cumsum`.
         initial_states: (b, h, p, n) or None.
     Returns:
-        chunk_states: (b, c, h, p, n) float32, the state entering each chunk.  final_state: (b, h, p, n) float32.
+        chunk_states: (b, c, h, p, n), the state entering each chunk: bfloat16 when x is bfloat16, else float32.
+        final_state: (b, h, p, n) float32.
     """
     b, _, h, p = x.shape
     g, n = B.shape[-2:]
     _, _, nchunks, chunk_size = dt_out.shape
-    chunk_states = torch.empty((b, nchunks, h, p, n), device=x.device, dtype=torch.float32)
+    chunk_states = torch.empty((b, nchunks, h, p, n), device=x.device, dtype=states_dtype(x.dtype))
     final_state = torch.empty((b, h, p, n), device=x.device, dtype=torch.float32)
     init = final_state if initial_states is None else initial_states.to(torch.float32).contiguous()
     rows = (b, h, nchunks * chunk_size)

@@ -18,7 +18,8 @@ floor's. With c = ⌈l / Q⌉ chunks (the per-token float32 arrays are allocated
                                                                             da_inter (blocks, b, h, c·Q)
 
 x, dy, y, dx, B, C, dB, dC are in the input dtype, dt in `dt_dtype` (float32 as scripts/bench_kernels.py passes it),
-everything else float32. bwd_dbc writes one da_inter row per block of state columns: ⌈n / TILE_N⌉ blocks, one in the
+chunk_states and dstates in bfloat16 with bfloat16 inputs (as fwd_pass_state and bwd_pass_state store them), else
+float32, everything else float32. bwd_dbc writes one da_inter row per block of state columns: ⌈n / TILE_N⌉ blocks, one in the
 default configuration (DbcConfig: all state columns in one program).
 
 Against a four-pass backward design's floor at the same Q (A: one kernel recomputing dt, Λ and the chunk states
@@ -121,7 +122,7 @@ def stage_traffic(stage: str, shape: SSDShape, constants: Mapping[str, int | boo
     heads = e * b * l * h * p  # x, dy, y, dx
     groups = e * b * l * g * n  # B, C, dB, dC
     rows = F32 * b * h * c * Q  # dt_out, dA_cumsum, ddt_dir, da_intra, one block of da_inter
-    states = F32 * b * c * h * p * n  # chunk_states, dstates
+    states = (2 if shape.dtype == "bfloat16" else F32) * b * c * h * p * n  # chunk_states, dstates
     state = F32 * b * h * p * n  # initial_states, final_state, dfinal_state, dinitial_states
     vector = F32 * h  # A, D, dt_bias
     if stage == "chunk_cumsum":
