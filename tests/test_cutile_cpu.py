@@ -228,16 +228,17 @@ def test_cutile_backward_runs_at_its_own_chunk_size(monkeypatch):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_bf16_tuned_defaults_stay_with_bf16_inputs(dtype, monkeypatch):
-    """bwd_dx's occupancy 2 and compute_out's TILE_T 128 were measured with bf16 inputs only: other dtypes get
-    the earlier defaults, and tuning never offers float32 inputs bwd_dx at occupancy 2 (with it the fp32
-    backward stalled on the GPU). Checked through the host functions, with launch() recording what it gets."""
+    """bwd_dx's occupancy 2, its G scaled to log2 units on the host, and compute_out's TILE_T 128 were measured
+    with bf16 inputs only: other dtypes get the earlier forms (the host-scaled fp32 bwd_dx hung on the GPU at head
+    dim 64), and tuning never offers float32 inputs bwd_dx at occupancy 2 (it spills there). Checked through the
+    host functions, with launch() recording what it gets and the arguments of its default's launch."""
     from kernels.cutile import bwd_dx as dx_module
     from kernels.cutile import compute_out as out_module
 
     got = {}
 
     def record(name, key, default, space, spec, device):
-        got[name] = (default, space())
+        got[name] = (default, space(), spec(default)[2])
         return default
 
     monkeypatch.setattr(dx_module, "launch", record)
@@ -245,11 +246,14 @@ def test_bf16_tuned_defaults_stay_with_bf16_inputs(dtype, monkeypatch):
     b, l, h, p, g, n, Q = 1, 64, 2, 64, 1, 64, 64
     x, dy = torch.zeros(b, l, h, p, dtype=dtype), torch.zeros(b, l, h, p, dtype=dtype)
     B, C = torch.zeros(b, l, g, n, dtype=dtype), torch.zeros(b, l, g, n, dtype=dtype)
-    rows, states = torch.zeros(b, h, 1, Q), torch.zeros(b, 1, h, p, n)
+    rows, states = torch.ones(b, h, 1, Q), torch.zeros(b, 1, h, p, n)
     dx_module.bwd_dx(x, dy, B, C, rows, rows, states, torch.zeros(h))
     out_module.compute_out(x, B, C, rows, rows, states, torch.zeros(h))
-    (dx_default, dx_space), (out_default, _) = got["bwd_dx"], got["compute_out"]
+    (dx_default, dx_space, dx_args), (out_default, _, _) = got["bwd_dx"], got["compute_out"]
     bf16 = dtype == torch.bfloat16
+    # the kernel's dA_cumsum argument (after dt_out) and its last flag, G_LOG2
+    assert dx_args[-1] is bf16
+    assert torch.equal(dx_args[5], rows.view(b, h, Q) * (dx_module.LOG2E if bf16 else 1.0))
     assert dx_default.occupancy == (2 if bf16 else 1)
     assert out_default.TILE_T == (128 if bf16 else 64)
     assert any(c.occupancy == 2 for c in dx_space) == (dtype != torch.float32)

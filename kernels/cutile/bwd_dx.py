@@ -123,10 +123,9 @@ def default_dx_config(dtype: torch.dtype) -> DxConfig:
 
 
 def dx_space(dtype: torch.dtype = torch.bfloat16) -> list[DxConfig]:
-    """The configurations tuning times. Not occupancy 2 with float32 inputs: its register cap makes the fp32
-    kernel spill at head dim 64 (72 bytes of stack in the sm_90 cubin of the signature the backward launches),
-    and the fp32 end-to-end backward tests at head dim 64 stalled while it was the default
-    (results/gpu_tests_h200.txt, 2026-12-01)."""
+    """The configurations tuning times. Not occupancy 2 with float32 inputs: its register cap made the fp32
+    kernel spill at head dim 64 (72 bytes of stack in the sm_90 cubin of the signature the backward launched,
+    results/tuning_log.md, 2026-12-01)."""
     occupancies = (1,) if dtype == torch.float32 else (1, 2)
     return [DxConfig(occ, warps) for occ in occupancies for warps in (0, 8)]
 
