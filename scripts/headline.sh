@@ -11,9 +11,12 @@
 # process prints its wall time. The first `kernels` process compiles and tunes at both shapes (the later ones
 # reuse the caches it leaves), and each `step` process compiles every variant and runs 3 warm-up and 10 timed
 # steps: each takes minutes, so N runs one process at a time (`kernels 1`, `kernels 2`, ...).
-# The kernels series ran on 2026-12-01 (processes of about 350, 45 and 45 s on one H200); the step series
-# have not run yet. RESULTS (default results/) says where the JSON goes, OUT (default the repository) where
-# BENCHMARKS.md and README.md are.
+# The kernels series ran on 2026-12-01 (processes of about 350, 45 and 45 s on one H200, most of the first
+# one compiling tuning's candidates one after another); since then process 1 is preceded by
+# scripts/precompile.py, which compiles them in PRECOMPILE_JOBS (default: CPU cores) parallel processes (not
+# yet run on a GPU; if it fails, process 1 compiles as it tunes). The step series have not run yet.
+# RESULTS (default results/) says where the JSON goes, OUT (default the repository) where BENCHMARKS.md and
+# README.md are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 part=${1:?usage: scripts/headline.sh kernels|step|step_graphs|report}
@@ -39,6 +42,10 @@ run3() {  # run3 SERIES COMMAND...: processes 1-3 (or only $only); 1 writes SERI
 
 case $part in
 kernels)
+    if [ -z "$only" ] || [ "$only" = 1 ]; then
+        python scripts/precompile.py --shapes seed,step --jobs "${PRECOMPILE_JOBS:-$(nproc)}" \
+            || echo "headline: precompile failed; process 1 compiles as it tunes" >&2
+    fi
     run3 "$kernels_series" python scripts/bench_kernels.py --shapes seed,step --backends cutile,cutile:cutile,triton \
         --modes fwd,fwd_bwd --repeats 5 --calls 10 --autotune
     ;;

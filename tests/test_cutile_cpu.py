@@ -140,6 +140,36 @@ def test_tuning_choice_is_decided_once_per_shape(tmp_path, monkeypatch):
         tuning.set_cache_path(None)
 
 
+def test_precompiling_launches_the_nth_candidate_and_remembers_nothing(tmp_path, monkeypatch):
+    """tuning.precompiling(k) makes every launch run the k-th configuration of its tune space (the default past
+    its end), reports each space's size, neither tunes nor writes the cache, and leaves tuning as it was."""
+    from kernels.cutile import tuning
+    from kernels.cutile.bwd_dx import DxConfig
+    from kernels.cutile.compute_out import OutConfig
+
+    monkeypatch.setattr(tuning, "_gpu_key", lambda device: "TestGPU|cuda-tile-x")
+    tuning.set_cache_path(tmp_path / "tuning.json")
+    outs = [OutConfig(TILE_T=t) for t in (16, 32, 64)]
+    never = lambda: pytest.fail("no search when tuning is off")
+    try:
+        tuning.set_autotune(True)  # on: precompiling must still not search
+        for k, want in ((0, outs[0]), (2, outs[2]), (3, OutConfig())):
+            with tuning.precompiling(k) as sizes:
+                assert tuning.choose("compute_out", "s1", OutConfig(), lambda: outs, "cuda:0", None) == want
+                assert tuning.choose("bwd_dx", "s1", DxConfig(), lambda: [DxConfig(1)], "cuda:0", None) == (
+                    DxConfig(1) if k == 0 else DxConfig()
+                )
+            assert sizes == {"compute_out": 3, "bwd_dx": 1}
+        assert tuning.chosen() == {} and not (tmp_path / "tuning.json").exists()
+        tuning.set_autotune(False)
+        assert tuning.choose("compute_out", "s1", OutConfig(), never, "cuda:0", None) == OutConfig()
+        with pytest.raises(ValueError, match="index must be >= 0"), tuning.precompiling(-1):
+            pass
+    finally:
+        tuning.set_autotune(False)
+        tuning.set_cache_path(None)
+
+
 def test_a_forced_configuration_replaces_tuning_for_its_stage_only(tmp_path, monkeypatch):
     """tuning.forced pins one stage's configuration within its block, records what each launch of that stage
     ran, leaves other stages to tuning, and restores tuning's choice after the block."""

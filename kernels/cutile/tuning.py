@@ -26,7 +26,7 @@ import torch
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_state: dict[str, Any] = {"autotune": False, "path": None, "memory": None, "chosen": {}, "forced": {}}
+_state: dict[str, Any] = {"autotune": False, "path": None, "memory": None, "chosen": {}, "forced": {}, "nth": None}
 
 
 def cache_path() -> Path:
@@ -104,6 +104,11 @@ def choose(
         space: builds the candidates for exhaustive_search (called only when tuning runs).
         spec: config -> (grid, kernel, args), the launch that tuning times.
     """
+    if _state["nth"] is not None:  # precompiling: neither tuned nor remembered
+        index, sizes = _state["nth"]
+        candidates = list(space())
+        sizes[kernel_name] = max(sizes.get(kernel_name, 0), len(candidates))
+        return candidates[index] if index < len(candidates) else default
     pinned, launched = _state["forced"].get(kernel_name, (None, None))
     if pinned is not None:  # neither tuned nor remembered
         launched.append(pinned)
@@ -143,6 +148,23 @@ def forced(kernel_name: str, config: Any = None) -> Iterator[list]:
             del _state["forced"][kernel_name]
         else:
             _state["forced"][kernel_name] = previous
+
+
+@contextlib.contextmanager
+def precompiling(index: int) -> Iterator[dict[str, int]]:
+    """Within the block, every launch runs the `index`-th configuration of its kernel's tune space (its default
+    past the space's end), with no tuning and nothing remembered: for compiling the candidates tuning will time
+    in parallel processes ahead of it (scripts/precompile.py; cuTile's compile cache is on disk). Yields kernel
+    name -> the size of its tune space, filled in as launches happen."""
+    if index < 0:
+        raise ValueError(f"precompiling: index must be >= 0, got {index}")
+    previous = _state["nth"]
+    sizes: dict[str, int] = {}
+    _state["nth"] = (index, sizes)
+    try:
+        yield sizes
+    finally:
+        _state["nth"] = previous
 
 
 def _decide(kernel_name, shape_key, default, space, device, spec):

@@ -1,0 +1,120 @@
+"""Compile, in parallel processes, every kernel a tuned bench_kernels run will try, before that run times anything.
+
+cuTile's tuning compiles its candidates one after another (compile_tile holds a process-wide lock), and so does
+Triton's autotune; both keep what they compile in disk caches that later processes reuse. This script deals the
+candidates of every cuTile tune space to JOBS processes (process i launches the i-th, (i + JOBS)-th, ...
+configuration of every stage's space at once, through `kernels.cutile.tuning.precompiling`) running the cuTile
+forward + cuTile backward at each shape, and runs Triton's forward and forward + backward once in one more
+process. Nothing is timed or written to the tuning cache: the timing process still tunes, from compiled kernels.
+
+    python scripts/precompile.py --shapes seed,step --jobs 16       # then bench_kernels.py --autotune ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import torch
+from bench_kernels import MODES, SHAPE_SETS, Shape, make_call  # this script's folder is first on sys.path
+
+from lightning_modules.measure.environment import available_backends
+
+
+def shapes_of(names: str) -> list[Shape]:
+    """The shapes of comma-separated bench_kernels shape sets, each once."""
+    unknown = [name for name in names.split(",") if name not in SHAPE_SETS]
+    if unknown:
+        raise ValueError(f"--shapes: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(SHAPE_SETS)}")
+    return list(dict.fromkeys(shape for name in names.split(",") for shape in SHAPE_SETS[name]))
+
+
+def cutile_worker(shapes: list[Shape], worker: int, jobs: int) -> None:
+    """Launch the worker-th, (worker + jobs)-th, ... candidate of every stage's tune space at each shape (the
+    first pass learns the largest space; a stage whose space is shorter runs its default)."""
+    from kernels.cutile import tuning
+
+    for shape in shapes:
+        calls = [make_call(shape, "cutile:cutile", mode, "cuda") for mode in MODES]
+        k = worker
+        while True:
+            with tuning.precompiling(k) as sizes:
+                for call in calls:
+                    call()
+            torch.cuda.synchronize()
+            k += jobs
+            if k >= max(sizes.values(), default=0):
+                break
+
+
+def triton_worker(shapes: list[Shape]) -> None:
+    for shape in shapes:
+        for mode in MODES:
+            make_call(shape, "triton", mode, "cuda")()
+    torch.cuda.synchronize()
+
+
+def spawn(args: argparse.Namespace, triton: bool) -> int:
+    workers = [str(i) for i in range(args.jobs)] + (["triton"] if triton else [])
+    start = time.perf_counter()
+    procs = {
+        w: subprocess.Popen(
+            [sys.executable, __file__, "--shapes", args.shapes, "--jobs", str(args.jobs), "--worker", w],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for w in workers
+    }
+    failed = []
+    for done, (w, proc) in enumerate(procs.items(), 1):
+        out, _ = proc.communicate()
+        print(
+            f"precompile: worker {w} exited {proc.returncode} ({done}/{len(procs)}, {time.perf_counter() - start:.0f} s)"
+        )
+        if proc.returncode != 0:
+            failed.append(w)
+            print(out[-3000:], file=sys.stderr)
+    print(f"precompile: {len(procs)} processes, {time.perf_counter() - start:.0f} s, failed: {failed or 'none'}")
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--shapes", default="seed,step", help=f"comma-separated bench_kernels shape sets: {', '.join(SHAPE_SETS)}"
+    )
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="cuTile processes (default: CPU cores)")
+    ap.add_argument("--no-triton", dest="triton", action="store_false", help="skip the Triton process")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)  # set by the parent: an index, or "triton"
+    args = ap.parse_args(argv)
+    try:
+        shapes = shapes_of(args.shapes)
+    except ValueError as e:
+        print(f"precompile: {e}", file=sys.stderr)
+        return 2
+    if args.jobs < 1:
+        print(f"precompile: --jobs must be at least 1, got {args.jobs}", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("precompile: needs a CUDA GPU (it compiles by launching)", file=sys.stderr)
+        return 2
+    torch.set_float32_matmul_precision("high")  # as bench_kernels
+    if args.worker is None:
+        backends, _ = available_backends("cutile,triton" if args.triton else "cutile", "cuda")
+        if "cutile" not in backends:
+            print("precompile: the cutile backend cannot run here (see above)", file=sys.stderr)
+            return 2
+        return spawn(args, "triton" in backends)
+    if args.worker == "triton":
+        triton_worker(shapes)
+    else:
+        cutile_worker(shapes, int(args.worker), args.jobs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""scripts/precompile.py: every candidate of every tune space goes to exactly one worker, and bad input is one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def test_workers_share_out_every_candidate_of_every_space(monkeypatch):
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    import precompile
+
+    from kernels.cutile import tuning
+
+    spaces = {"fwd_pass_state": ["a0", "a1", "a2", "a3", "a4"], "bwd_dx": ["b0", "b1"]}
+    launched: list[tuple[str, str]] = []
+
+    def fake_call(shape, variant, mode, device):
+        assert variant == "cutile:cutile" and device == "cuda"
+
+        def call():
+            for name, space in spaces.items():
+                launched.append((name, tuning.choose(name, "key", "default", lambda s=space: s, "cuda:0", None)))
+
+        return call
+
+    monkeypatch.setattr(precompile, "make_call", fake_call)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    got = {}
+    for worker in range(3):
+        launched.clear()
+        precompile.cutile_worker(precompile.shapes_of("seed"), worker, 3)
+        got[worker] = {cfg for _, cfg in launched}
+    assert got == {
+        0: {"a0", "b0", "a3", "default"},
+        1: {"a1", "b1", "a4", "default"},
+        2: {"a2", "default"},
+    }
+    assert tuning.chosen() == {}  # nothing decided for later launches
+
+
+def test_bad_arguments_get_one_line(tmp_path):
+    for args, message in (
+        (["--shapes", "nope"], "precompile: --shapes: unknown 'nope'; choose from seed, step, sweep, tiny"),
+        (["--jobs", "0"], "precompile: --jobs must be at least 1, got 0"),
+    ):
+        done = subprocess.run([sys.executable, str(SCRIPTS / "precompile.py"), *args], capture_output=True, text=True)
+        assert done.returncode == 2 and done.stderr.strip() == message
