@@ -34,7 +34,8 @@ def shapes_of(names: str) -> list[Shape]:
 
 def cutile_worker(shapes: list[Shape], worker: int, jobs: int) -> None:
     """Launch the worker-th, (worker + jobs)-th, ... candidate of every stage's tune space at each shape (the
-    first pass learns the largest space; a stage whose space is shorter runs its default)."""
+    first pass learns the largest space; a stage whose space is shorter runs its default). A launch that fails
+    is reported and skipped, with the stages after it in that call (tuning compiles those itself)."""
     from kernels.cutile import tuning
 
     for shape in shapes:
@@ -43,7 +44,10 @@ def cutile_worker(shapes: list[Shape], worker: int, jobs: int) -> None:
         while True:
             with tuning.precompiling(k) as sizes:
                 for call in calls:
-                    call()
+                    try:
+                        call()
+                    except RuntimeError as e:  # a candidate that does not compile: tuning skips it too
+                        print(f"precompile: worker {worker}, candidate {k} at {shape}: {e}", flush=True)
             torch.cuda.synchronize()
             k += jobs
             if k >= max(sizes.values(), default=0):
