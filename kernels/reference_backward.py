@@ -188,7 +188,7 @@ def chunk_cumsum_bwd(
     """
     b, h, c, Q = dt_out.shape
     ddt = ddt_dir + A.to(da.dtype)[None, :, None, None] * da
-    dA = torch.einsum("bhcq,bhcq->h", dt_out, da)
+    dA = (dt_out * da).sum((0, 2, 3))  # one product and one reduction (an einsum here ran as a batched gemv)
     if dt_softplus:
         ddt = ddt * -torch.expm1(-dt_out)
     ddt = ddt.reshape(b, h, c * Q)[..., :seqlen].transpose(1, 2)
