@@ -12,7 +12,7 @@
 # reuse the caches it leaves), and each `step` process compiles every variant and runs 3 warm-up and 10 timed
 # steps: each takes minutes, so N runs one process at a time (`kernels 1`, `kernels 2`, ...).
 # The kernels series ran on 2026-12-01 (processes of about 350, 45 and 45 s on one H200, most of the first
-# one compiling tuning's candidates one after another); since then process 1 is preceded by
+# one compiling tuning's candidates one after another); since then process 1 of each series is preceded by
 # scripts/precompile.py, which compiles them in PRECOMPILE_JOBS (default: CPU cores) parallel processes (not
 # yet run on a GPU; if it fails, process 1 compiles as it tunes). The step series have not run yet.
 # RESULTS (default results/) says where the JSON goes, OUT (default the repository) where BENCHMARKS.md and
@@ -40,20 +40,26 @@ run3() {  # run3 SERIES COMMAND...: processes 1-3 (or only $only); 1 writes SERI
     done
 }
 
-case $part in
-kernels)
+precompile() {  # precompile SHAPES: before process 1, compile tuning's candidates at bench_kernels' SHAPES
     if [ -z "$only" ] || [ "$only" = 1 ]; then
-        python scripts/precompile.py --shapes seed,step --jobs "${PRECOMPILE_JOBS:-$(nproc)}" \
+        python scripts/precompile.py --shapes "$1" --jobs "${PRECOMPILE_JOBS:-$(nproc)}" \
             || echo "headline: precompile failed; process 1 compiles as it tunes" >&2
     fi
+}
+
+case $part in
+kernels)
+    precompile seed,step
     run3 "$kernels_series" python scripts/bench_kernels.py --shapes seed,step --backends cutile,cutile:cutile,triton \
         --modes fwd,fwd_bwd --repeats 5 --calls 10 --autotune
     ;;
 step)
+    precompile step  # the medium model's SSD is bench_kernels' step shape
     run3 "$step_series" python scripts/bench_step.py --configs medium --modes compile \
         --backends standin,triton,cutile,cutile_bwd --autotune
     ;;
 step_graphs)
+    precompile step
     # cutile with the reference backward has not run under CUDA graphs yet: a failing variant loses the cell
     run3 "$graphs_series" python scripts/bench_step.py --configs medium --modes compile --compile_mode reduce-overhead \
         --backends standin,triton,cutile_bwd --autotune
