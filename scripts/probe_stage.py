@@ -12,7 +12,8 @@ somewhere, change it, and probe both in one run (results/tuning_log.md keeps wha
 With --sweep each file's stage is tuned (a temporary tuning cache) and the time of every configuration of
 its tune space at the timed shape is printed. Each row's float64 check runs the configuration that row
 timed (without --sweep the file's default), forced at the check's shape: b 2, 16 heads in 2 groups (so
-that splits of a group's heads divide), l 2·chunk + 37 (a short last chunk).
+that splits of a group's heads divide), l 20·chunk + 37 (21 chunks, the last one short: a chunk loop split into
+segments still has several).
 
 The stages reading chunk states or their gradients (compute_out, bwd_dx, bwd_dbc) take them with bf16 inputs (the
 timed shape and the bf16 check) in bf16, as fwd_pass_state and bwd_pass_state store them, or with --states in each
@@ -87,7 +88,7 @@ def arguments(t: dict, names: tuple[str, ...], chunk: int, exact: bool, states: 
 def max_error(fn: Callable, stage: str, dtype: torch.dtype, chunk: int, states: torch.dtype = torch.bfloat16) -> float:
     """The largest relative error of the stage's outputs; chunk states in `states` with bf16 inputs, else float32."""
     ref, names = STAGES[stage]
-    t = stage_inputs(dtype, chunk, 64, 128, h=16, g=2, seed=chunk)
+    t = stage_inputs(dtype, chunk, 64, 128, l=20 * chunk + 37, h=16, g=2, seed=chunk)
     states = states if dtype == torch.bfloat16 else torch.float32
     got, want = fn(*arguments(t, names, chunk, False, states)), ref(*arguments(t, names, chunk, True))
     pairs = zip(got, want) if isinstance(want, tuple) else [(got, want)]
