@@ -11,7 +11,7 @@
 # process prints its wall time. The first `kernels` process compiles and tunes at both shapes (the later ones
 # reuse the caches it leaves), and each `step` process compiles every variant and runs 3 warm-up and 10 timed
 # steps: each takes minutes, so N runs one process at a time (`kernels 1`, `kernels 2`, ...).
-# The kernels series ran on 2026-12-01 (processes of about 350, 45 and 45 s on one H200, most of the first
+# The kernels series ran on 2026-12-01 (processes of 353, 51 and 48 s on one H200, most of the first
 # one compiling tuning's candidates one after another); since then process 1 of each series is preceded by
 # scripts/precompile.py, which compiles them in PRECOMPILE_JOBS (default: CPU cores) parallel processes (not
 # yet run on a GPU; if it fails, process 1 compiles as it tunes). The step series have not run yet.
