@@ -42,7 +42,7 @@ run3() {  # run3 SERIES COMMAND...: processes 1-3 (or only $only); 1 writes SERI
 
 precompile() {  # precompile SHAPES: before process 1, compile tuning's candidates at bench_kernels' SHAPES
     if [ -z "$only" ] || [ "$only" = 1 ]; then
-        python scripts/precompile.py --shapes "$1" --jobs "${PRECOMPILE_JOBS:-$(nproc)}" \
+        python scripts/precompile.py --shapes "$1" --jobs "${PRECOMPILE_JOBS:-$(nproc)}" --timeout 900 \
             || echo "headline: precompile failed; process 1 compiles as it tunes" >&2
     fi
 }
@@ -54,7 +54,9 @@ kernels)
         --modes fwd,fwd_bwd --repeats 5 --calls 10 --autotune
     ;;
 step)
-    precompile step  # the medium model's SSD is bench_kernels' step shape
+    # the medium model's SSD is bench_kernels' step shape: its x/B/C views compile as bench_kernels' tensors do
+    # (profiles show the same specializations); its dt is bf16, so chunk_cumsum still compiles in process 1
+    precompile step
     run3 "$step_series" python scripts/bench_step.py --configs medium --modes compile \
         --backends standin,triton,cutile,cutile_bwd --autotune
     ;;

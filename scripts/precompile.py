@@ -8,6 +8,7 @@ forward + cuTile backward at each shape, and runs Triton's forward and forward +
 process. Nothing is timed or written to the tuning cache: the timing process still tunes, from compiled kernels.
 
     python scripts/precompile.py --shapes seed,step --jobs 16       # then bench_kernels.py --autotune ...
+    python scripts/precompile.py --shapes sweep --modes fwd --no-triton
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 from bench_kernels import MODES, SHAPE_SETS, Shape, make_call  # this script's folder is first on sys.path
@@ -32,14 +35,14 @@ def shapes_of(names: str) -> list[Shape]:
     return list(dict.fromkeys(shape for name in names.split(",") for shape in SHAPE_SETS[name]))
 
 
-def cutile_worker(shapes: list[Shape], worker: int, jobs: int) -> None:
+def cutile_worker(shapes: list[Shape], modes: list[str], worker: int, jobs: int) -> None:
     """Launch the worker-th, (worker + jobs)-th, ... candidate of every stage's tune space at each shape (the
     first pass learns the largest space; a stage whose space is shorter runs its default). A launch that fails
     is reported and skipped, with the stages after it in that call (tuning compiles those itself)."""
     from kernels.cutile import tuning
 
     for shape in shapes:
-        calls = [make_call(shape, "cutile:cutile", mode, "cuda") for mode in MODES]
+        calls = [make_call(shape, "cutile:cutile", mode, "cuda") for mode in modes]
         k = worker
         while True:
             with tuning.precompiling(k) as sizes:
@@ -54,35 +57,57 @@ def cutile_worker(shapes: list[Shape], worker: int, jobs: int) -> None:
                 break
 
 
-def triton_worker(shapes: list[Shape]) -> None:
+def triton_worker(shapes: list[Shape], modes: list[str]) -> None:
     for shape in shapes:
-        for mode in MODES:
+        for mode in modes:
             make_call(shape, "triton", mode, "cuda")()
     torch.cuda.synchronize()
 
 
-def spawn(args: argparse.Namespace, triton: bool) -> int:
-    workers = [str(i) for i in range(args.jobs)] + (["triton"] if triton else [])
+def run_workers(commands: dict[str, list[str]], gpus: list[str], timeout: float) -> list[str]:
+    """Run each command (worker name -> argv) at once, the i-th on GPU gpus[i % len(gpus)], with its output in a
+    file (a full pipe would stall it); print each one's "precompile:" lines as it ends, and the tail of its
+    output if it failed. Workers still running `timeout` seconds after the start are killed and count as failed.
+    Returns the failed workers' names."""
     start = time.perf_counter()
-    procs = {
-        w: subprocess.Popen(
-            [sys.executable, __file__, "--shapes", args.shapes, "--jobs", str(args.jobs), "--worker", w],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for w in workers
-    }
     failed = []
-    for done, (w, proc) in enumerate(procs.items(), 1):
-        out, _ = proc.communicate()
-        print(
-            f"precompile: worker {w} exited {proc.returncode} ({done}/{len(procs)}, {time.perf_counter() - start:.0f} s)"
-        )
-        if proc.returncode != 0:
-            failed.append(w)
-            print(out[-3000:], file=sys.stderr)
-    print(f"precompile: {len(procs)} processes, {time.perf_counter() - start:.0f} s, failed: {failed or 'none'}")
+    with tempfile.TemporaryDirectory(prefix="precompile-") as logs:
+        procs = {}
+        for i, (w, cmd) in enumerate(commands.items()):
+            log = open(Path(logs) / f"{w}.log", "w+")  # closed below, after the worker ends
+            env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]}
+            procs[w] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=env), log)
+        deadline = start + timeout
+        for done, (w, (proc, log)) in enumerate(procs.items(), 1):
+            try:
+                proc.wait(timeout=max(deadline - time.perf_counter(), 0))
+                status = f"exited {proc.returncode}"
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                status = "killed after --timeout"
+            with log:
+                log.seek(0)
+                out = log.read()
+            for line in out.splitlines():
+                if line.startswith("precompile:"):
+                    print(line)
+            print(f"precompile: worker {w} {status} ({done}/{len(procs)}, {time.perf_counter() - start:.0f} s)")
+            if proc.returncode != 0:
+                failed.append(w)
+                print(out[-3000:], file=sys.stderr)
+    return failed
+
+
+def spawn(args: argparse.Namespace, triton: bool) -> int:
+    """The cuTile workers and the Triton one (if `triton`), spread over the visible GPUs."""
+    workers = [str(i) for i in range(args.jobs)] + (["triton"] if triton else [])
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") or ",".join(map(str, range(torch.cuda.device_count())))
+    common = ["--shapes", args.shapes, "--modes", args.modes, "--jobs", str(args.jobs)]
+    start = time.perf_counter()
+    commands = {w: [sys.executable, __file__, *common, "--worker", w] for w in workers}
+    failed = run_workers(commands, visible.split(","), args.timeout)
+    print(f"precompile: {len(workers)} processes, {time.perf_counter() - start:.0f} s, failed: {failed or 'none'}")
     return 1 if failed else 0
 
 
@@ -91,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--shapes", default="seed,step", help=f"comma-separated bench_kernels shape sets: {', '.join(SHAPE_SETS)}"
     )
+    ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated: {', '.join(MODES)}")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="cuTile processes (default: CPU cores)")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds before workers still running are killed")
     ap.add_argument("--no-triton", dest="triton", action="store_false", help="skip the Triton process")
     ap.add_argument("--worker", help=argparse.SUPPRESS)  # set by the parent: an index, or "triton"
     args = ap.parse_args(argv)
@@ -99,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         shapes = shapes_of(args.shapes)
     except ValueError as e:
         print(f"precompile: {e}", file=sys.stderr)
+        return 2
+    modes = args.modes.split(",")
+    if any(mode not in MODES for mode in modes):
+        print(f"precompile: --modes: choose from {', '.join(MODES)}, got {args.modes!r}", file=sys.stderr)
         return 2
     if args.jobs < 1:
         print(f"precompile: --jobs must be at least 1, got {args.jobs}", file=sys.stderr)
@@ -114,9 +145,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return spawn(args, "triton" in backends)
     if args.worker == "triton":
-        triton_worker(shapes)
+        triton_worker(shapes, modes)
     else:
-        cutile_worker(shapes, int(args.worker), args.jobs)
+        cutile_worker(shapes, modes, int(args.worker), args.jobs)
     return 0
 
 

@@ -260,8 +260,9 @@ def test_cutile_backward_runs_at_its_own_chunk_size(monkeypatch):
 def test_bf16_tuned_defaults_stay_with_bf16_inputs(dtype, monkeypatch):
     """bwd_dx's occupancy 2, its G scaled to log2 units on the host, and compute_out's TILE_T 128 were measured
     with bf16 inputs only: other dtypes get the earlier forms (the host-scaled fp32 bwd_dx hung on the GPU at head
-    dim 64), and tuning never offers float32 inputs bwd_dx at occupancy 2 (it spills there). Checked through the
-    host functions, with launch() recording what it gets and the arguments of its default's launch."""
+    dim 64), and tuning never offers float32 inputs bwd_dx at occupancy 2 (not measured, and the fp32 kernel sits at
+    the register limit there: 255 registers, 8 bytes of stack with D at sm_90). Checked through the host functions,
+    with launch() recording what it gets and the arguments of its default's launch."""
     from kernels.cutile import bwd_dx as dx_module
     from kernels.cutile import compute_out as out_module
 

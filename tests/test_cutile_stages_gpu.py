@@ -43,6 +43,12 @@ def f32(*ts):
     return [t.float() for t in ts]
 
 
+def expected_states_dtype(dtype):
+    """The dtype the chunk states and their gradients must be stored in with `dtype` inputs: bf16 with bf16,
+    float32 with fp16 (too narrow a range for states) and fp32."""
+    return torch.bfloat16 if dtype == torch.bfloat16 else torch.float32
+
+
 def stored(dtype, *states):
     """Chunk states / state gradients as fwd_pass_state and bwd_pass_state store them with `dtype` inputs."""
     return [s.to(states_dtype(dtype)) for s in states]
@@ -55,7 +61,7 @@ def test_forward_stages(dtype, chunk, p, n):
     assert out.shape == dt_out.shape and cumsum.shape == dA.shape
     assert rel_err(out, dt_out) < 1e-6 and rel_err(cumsum, dA) < 1e-6
     s, fin = fwd_pass_state(t["x"], t["B"], *f32(dt_out, dA, t64["initial_states"]))
-    assert s.dtype == states_dtype(dtype) and fin.dtype == torch.float32
+    assert s.dtype == expected_states_dtype(dtype) and fin.dtype == torch.float32
     assert rel_err(s, states) < TOL[dtype] and rel_err(fin, final) < TOL[dtype]
     y = compute_out(t["x"], t["B"], t["C"], *f32(dt_out, dA), *stored(dtype, states), *f32(t64["D"]))
     y64 = reference.compute_out(t64["x"], t64["B"], t64["C"], dt_out, dA, states, t64["D"])
@@ -68,7 +74,7 @@ def test_backward_stages(dtype, chunk, p, n):
     dy64 = dy.to(F64)
     dstates, dinit = ref_bwd.bwd_pass_state(dy64, t64["C"], dA, dfinal.to(F64))
     got_dstates, got_dinit = bwd_pass_state(dy, t["C"], dA.float(), dfinal)
-    assert got_dstates.dtype == states_dtype(dtype) and got_dinit.dtype == torch.float32
+    assert got_dstates.dtype == expected_states_dtype(dtype) and got_dinit.dtype == torch.float32
     assert rel_err(got_dstates, dstates) < TOL[dtype] and rel_err(got_dinit, dinit) < TOL[dtype]
 
     dx, ddt_dir, da_intra, dD = ref_bwd.bwd_dx(t64["x"], dy64, t64["B"], t64["C"], dt_out, dA, dstates, t64["D"])

@@ -34,7 +34,7 @@ def test_workers_share_out_every_candidate_of_every_space(monkeypatch):
     got = {}
     for worker in range(3):
         launched.clear()
-        precompile.cutile_worker(precompile.shapes_of("seed"), worker, 3)
+        precompile.cutile_worker(precompile.shapes_of("seed"), ["fwd", "fwd_bwd"], worker, 3)
         got[worker] = {cfg for _, cfg in launched}
     assert got == {
         0: {"a0", "b0", "a3", "default"},
@@ -48,6 +48,28 @@ def test_bad_arguments_get_one_line(tmp_path):
     for args, message in (
         (["--shapes", "nope"], "precompile: --shapes: unknown 'nope'; choose from seed, step, sweep, tiny"),
         (["--jobs", "0"], "precompile: --jobs must be at least 1, got 0"),
+        (["--modes", "fwd,bwd"], "precompile: --modes: choose from fwd, fwd_bwd, got 'fwd,bwd'"),
     ):
         done = subprocess.run([sys.executable, str(SCRIPTS / "precompile.py"), *args], capture_output=True, text=True)
         assert done.returncode == 2 and done.stderr.strip() == message
+
+
+def test_workers_run_at_once_report_their_lines_and_are_killed_past_the_timeout(monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    import precompile
+
+    def worker(code: str) -> list[str]:
+        return [sys.executable, "-c", code]
+
+    commands = {
+        "0": worker("import os; print('precompile: on GPU', os.environ['CUDA_VISIBLE_DEVICES']); print('noise')"),
+        "1": worker("import os, sys; print('precompile: on GPU', os.environ['CUDA_VISIBLE_DEVICES']); sys.exit(3)"),
+        "2": worker("import time; print('precompile: started', flush=True); time.sleep(60)"),
+    }
+    failed = precompile.run_workers(commands, ["4", "5"], timeout=5)
+    out, err = capsys.readouterr()
+    lines = [line for line in out.splitlines() if "(" not in line]  # each worker's own lines, in worker order
+    assert lines == ["precompile: on GPU 4", "precompile: on GPU 5", "precompile: started"]
+    assert "worker 0 exited 0" in out and "worker 1 exited 3" in out and "worker 2 killed after --timeout" in out
+    assert failed == ["1", "2"] and "noise" not in out
+    assert "precompile: on GPU 5" in err and "noise" not in err  # a failed worker's output goes to stderr

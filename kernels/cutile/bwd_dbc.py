@@ -13,9 +13,9 @@ then recomputed per block (it needs no state), and da_inter, a sum over the stat
 per block and summed on the host. With bf16 inputs the two per-head products take S and Ĝ in bf16
 (BF16_MMA, as mamba_ssm does), TF32 otherwise; <Ĝ, S> and every accumulator stay fp32.
 S and Ĝ arrive in bf16 with bf16 inputs (fwd_pass_state and bwd_pass_state store them so), in float32
-otherwise; either dtype is taken with any input dtype. The bf16 products take bf16 tiles as loaded (astype to a
-tile's own dtype is no operation); <Ĝ, S> widens both tiles to fp32 before the product and the sum (bf16 tiles
-would multiply and reduce in bf16), so it sees only the storage rounding.
+otherwise. The bf16 products take bf16 tiles as loaded (astype to a tile's own dtype is no operation); <Ĝ, S>
+widens both tiles to fp32 before the product and the sum (bf16 tiles would multiply and reduce in bf16), so it
+sees only the storage rounding.
 """
 
 from __future__ import annotations
@@ -134,8 +134,8 @@ def bwd_dbc(
 
     Args:
         x, dy: (b, l, h, p).  B, C: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) float32.
-        chunk_states, dstates: (b, c, h, p, n) from `fwd_pass_state` and `bwd_pass_state`, each bfloat16 or
-            float32 (with any input dtype).
+        chunk_states, dstates: (b, c, h, p, n) from `fwd_pass_state` and `bwd_pass_state`, each bfloat16 with
+            bfloat16 inputs, float32 otherwise.
     Returns:
         dB, dC: (b, l, g, n) in B's dtype.  da_inter: (b, h, c, Q) float32.
     """

@@ -123,9 +123,8 @@ def default_dx_config(dtype: torch.dtype) -> DxConfig:
 
 
 def dx_space(dtype: torch.dtype = torch.bfloat16) -> list[DxConfig]:
-    """The configurations tuning times. Not occupancy 2 with float32 inputs: its register cap made the fp32
-    kernel spill at head dim 64 (72 bytes of stack in the sm_90 cubin of the signature the backward launched,
-    results/tuning_log.md, 2026-12-01)."""
+    """The configurations tuning times. Not occupancy 2 with float32 inputs: that has not been measured, and the
+    fp32 kernel sits at the register limit at occupancy 2 (255 registers; 8 bytes of stack with D at sm_90)."""
     occupancies = (1,) if dtype == torch.float32 else (1, 2)
     return [DxConfig(occ, warps) for occ in occupancies for warps in (0, 8)]
 
@@ -144,7 +143,7 @@ def bwd_dx(
 
     Args:
         x, dy: (b, l, h, p).  B, C: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) float32.
-        dstates: (b, c, h, p, n) from `bwd_pass_state`, bfloat16 or float32 (either with any input dtype).
+        dstates: (b, c, h, p, n) from `bwd_pass_state`: bfloat16 with bfloat16 inputs, float32 otherwise.
         D: (h,) or None.
     Returns:
         dx: (b, l, h, p) in x's dtype.  ddt_dir, da_intra: (b, h, c, Q) float32.  dD: (h,) float32 or None.

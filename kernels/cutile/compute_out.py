@@ -11,7 +11,7 @@ token indices, applied before the exponential so nothing above the diagonal can 
 with an fp32-formed operand (the chunk state, the score tile) take it in bf16 when the inputs are bf16 (as
 mamba_ssm does; BF16_MMA: twice TF32's rate and half its registers), in TF32 otherwise; every product
 accumulates in fp32, and y is stored in the input dtype. With bf16 inputs the chunk state arrives in bf16
-(fwd_pass_state stores it so) and enters its product as loaded; float32 states are taken with any input dtype.
+(fwd_pass_state stores it so) and enters its product as loaded; with other inputs it arrives in float32.
 With TILE_T = Q a program holds the whole chunk (the seed's layout); smaller TILE_T bounds the
 registers for Q = 256 and skips the blocks above the diagonal.
 """
@@ -153,7 +153,7 @@ def compute_out(
 
     Args:
         x: (b, l, h, p).  B, C: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) float32.
-        chunk_states: (b, c, h, p, n) from `fwd_pass_state`, bfloat16 or float32 (either with any input dtype).
+        chunk_states: (b, c, h, p, n) from `fwd_pass_state`: bfloat16 with bfloat16 inputs, float32 otherwise.
         D: (h,) or None.
     Returns:
         y: (b, l, h, p) in x's dtype.

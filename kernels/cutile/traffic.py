@@ -114,6 +114,8 @@ def stage_traffic(stage: str, shape: SSDShape, constants: Mapping[str, int | boo
     and D given, no initial state, no final-state gradient, as scripts/bench_kernels.py calls the SSD); TILE_N,
     bwd_dbc's state columns per program (default: all of them, one block).
     """
+    from kernels.cutile.fwd_pass_state import states_dtype
+
     k = dict(constants or {})
     b, l, h, p, g, n = shape.batch, shape.seqlen, shape.nheads, shape.headdim, shape.ngroups, shape.dstate
     Q = k.get("Q", shape.chunk_size)
@@ -122,7 +124,7 @@ def stage_traffic(stage: str, shape: SSDShape, constants: Mapping[str, int | boo
     heads = e * b * l * h * p  # x, dy, y, dx
     groups = e * b * l * g * n  # B, C, dB, dC
     rows = F32 * b * h * c * Q  # dt_out, dA_cumsum, ddt_dir, da_intra, one block of da_inter
-    states = (2 if shape.dtype == "bfloat16" else F32) * b * c * h * p * n  # chunk_states, dstates
+    states = states_dtype(getattr(torch, shape.dtype)).itemsize * b * c * h * p * n  # chunk_states, dstates
     state = F32 * b * h * p * n  # initial_states, final_state, dfinal_state, dinitial_states
     vector = F32 * h  # A, D, dt_bias
     if stage == "chunk_cumsum":

@@ -61,6 +61,8 @@ def main() -> None:
             f"chunk {chunk:3d}  l {l:5d}  chunks {want.shape[1]:3d}  segments {segments:2d}  init {init!s:5}  rel err {err:.1e}"
         )
     print(f"largest relative error {worst:.1e}")
+    if worst > 1e-12:
+        raise SystemExit(f"split scan disagrees with the reference: largest relative error {worst:.1e} > 1e-12")
 
 
 if __name__ == "__main__":
