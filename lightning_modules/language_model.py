@@ -74,7 +74,8 @@ class LanguageModel(L.LightningModule):
             self._compiled = True
 
     def on_fit_start(self) -> None:
-        """Say which SSD backend runs here (an error naming the reason if the configured one cannot)."""
+        """Say which SSD backend runs here (an error naming the reason if the configured one, or the cutile conv,
+        cannot)."""
         device = self.device
         name = kernels.resolve(self.config.ssd_backend, device.type, device.index)
         if self.config.ssd_backward != "reference" and name != "cutile":
@@ -82,6 +83,8 @@ class LanguageModel(L.LightningModule):
                 f"model.config.ssd_backward {self.config.ssd_backward!r} needs the cutile backend, but "
                 f"ssd_backend {self.config.ssd_backend!r} resolved to {name!r} here; use ssd_backward reference"
             )
+        if self.config.conv_backend == "cutile" and (reason := kernels.unavailable_reason("cutile", device)):
+            raise ValueError(f"model.config.conv_backend cutile cannot run here: {reason}; use conv_backend torch")
         kernels.set_autotune(self.hparams.cutile_autotune)
         rank_zero_info(f"SSD backend: {name} (configured: {self.config.ssd_backend}, device: {device})")
 

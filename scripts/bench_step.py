@@ -9,6 +9,8 @@ clipping. Variants (--backends):
     cutile_bwd              the cutile backend with its backward kernels (model.config.ssd_backward: cutile)
     standin                 the SSD replaced by y = x·D: the rest of the step alone; each other row's SSD
                             time and share then come by subtraction (ssd_ms_by_subtraction), compiled too
+    <variant>+conv          that variant with the cuTile causal conv + SiLU (model.config.conv_backend: cutile)
+                            in place of the compiled PyTorch one; subtraction pairs it with standin+conv
 
 Warm-up steps (compilation, autotuning) are timed on their own, then steady-state steps alternate
 between variants. Per step (lightning_modules.measure.step): total, forward, backward and optimizer
@@ -52,6 +54,14 @@ VARIANTS = {  # label: (model.config.ssd_backend, model.config.ssd_backward)
 }
 
 
+def split_label(label: str) -> tuple[str, str]:
+    """A variant label -> (its VARIANTS entry, its model.config.conv_backend); ValueError if unknown."""
+    base, plus, extra = label.partition("+")
+    if base not in VARIANTS or (plus and extra != "conv"):
+        raise ValueError(label)
+    return base, "cutile" if plus else "torch"
+
+
 def ssd_standin(x: torch.Tensor, dt: torch.Tensor, A, B, C, chunk_size, D: torch.Tensor, **_) -> torch.Tensor:
     """y = x·D (b, l, h, p): the SSD's inputs and output with nothing between, for the rest-of-step row."""
     return x * D.to(x.dtype)[:, None]
@@ -77,11 +87,13 @@ def load_module(name: str, label: str, seqlen: int, compile_model: bool, compile
     experiment = yaml.safe_load(path.read_text())
     settings = dict(experiment["model"])
     cfg = Mamba2Config(**settings.pop("config"), vocab_size=experiment["data"]["vocab_size"])
-    backend, backward = VARIANTS[label]
-    cfg = dataclasses.replace(cfg, ssd_backend=backend, ssd_backward=backward, chunk_size=min(cfg.chunk_size, seqlen))
+    base, conv = split_label(label)
+    backend, backward = VARIANTS[base]
+    chunk = min(cfg.chunk_size, seqlen)
+    cfg = dataclasses.replace(cfg, ssd_backend=backend, ssd_backward=backward, chunk_size=chunk, conv_backend=conv)
     torch.manual_seed(0)  # the same initial weights for every variant
     module = LanguageModel(config=cfg, **{**settings, "compile": compile_model, "compile_mode": compile_mode})
-    if label == "standin":
+    if base == "standin":
         torch.manual_seed(0)
         module.model = Mamba2LM(cfg, ssd=ssd_standin)
     module.configure_model()  # compiles, as Lightning does before fit, when compile_model
@@ -120,6 +132,7 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
     flops = train_flops_per_token(cfg)
     records = []
     for label in labels:
+        base = split_label(label)[0]
         samples = [m.read() for m in marks[label]]
         med = median_split(samples)
         tok_s = batch * seqlen / (med["step_ms"] / 1e3)
@@ -130,8 +143,8 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
             "seqlen": seqlen,
             "batch": batch,
             "variant": label,
-            "backend": "standin" if label == "standin" else VARIANTS[label][0],
-            "backward": None if label == "standin" else VARIANTS[label][1],
+            "backend": "standin" if base == "standin" else VARIANTS[base][0],
+            "backward": None if base == "standin" else VARIANTS[base][1],
             "mode": "compile" if compile_model else "eager",
             "compile_mode": mode if compile_model else None,
             "median": med,
@@ -154,9 +167,10 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
             top = dict(list(prof["by_kernel"].items())[:20])
             rec["profile"] = {"gpu_ms": prof["ms"], "kernels": prof["kernels"], "top_kernels_ms": top}
         records.append(rec)
-    rest = next((r["median"]["step_ms"] for r in records if r["variant"] == "standin"), None)
+    rests = {r["config"]["conv_backend"]: r["median"]["step_ms"] for r in records if r["backend"] == "standin"}
     for rec in records:
-        if rest is not None and rec["variant"] != "standin":
+        rest = rests.get(rec["config"]["conv_backend"])
+        if rest is not None and rec["backend"] != "standin":
             rec["ssd_ms_by_subtraction"] = rec["median"]["step_ms"] - rest
             rec["ssd_share_by_subtraction"] = rec["ssd_ms_by_subtraction"] / rec["median"]["step_ms"]
         med = rec["median"]
@@ -193,7 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configs", default="medium", help="names of configs/*.yaml, comma-separated")
     ap.add_argument("--seqlens", default="2048")
     ap.add_argument("--tokens_per_step", type=int, default=16384, help="batch = tokens_per_step // seqlen")
-    ap.add_argument("--backends", default="standin,triton,cutile,cutile_bwd,torch", help=", ".join(VARIANTS))
+    ap.add_argument(
+        "--backends",
+        default="standin,triton,cutile,cutile_bwd,torch",
+        help=f"{', '.join(VARIANTS)}; each may end in +conv (the cuTile conv)",
+    )
     ap.add_argument("--modes", default="eager,compile", help="eager, compile, or both: eager,compile")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
@@ -206,16 +224,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="--warmup 2 --steps 4: a minute or two per compiled cell")
     ap.add_argument("--profile", action="store_true", help="record each variant's 20 largest GPU kernels")
     args = parse_run_arguments(ap, argv)
-    unknown = [b for b in args.backends.split(",") if b not in VARIANTS]
+    unknown = []
+    for b in args.backends.split(","):
+        try:
+            split_label(b)
+        except ValueError:
+            unknown.append(b)
     if unknown or args.steps < 1 or args.warmup < 0:
-        ap.error(f"unknown variants {unknown} (choose from {', '.join(VARIANTS)}), or steps < 1, or warmup < 0")
+        ap.error(
+            f"unknown variants {unknown} (choose from {', '.join(VARIANTS)}, each optionally +conv), "
+            "or steps < 1, or warmup < 0"
+        )
 
     torch.set_float32_matmul_precision("high")  # as train.py: float32 matmuls may use TF32
     torch._dynamo.config.cache_size_limit = 64  # one compiled graph per variant and mode in this process
     device = "cuda" if torch.cuda.is_available() else "cpu"
     wanted = args.backends.split(",")
-    runnable, skipped = available_backends(",".join(sorted({VARIANTS[b][0] for b in wanted})), device)
-    labels = [b for b in wanted if VARIANTS[b][0] in runnable]
+    needs = {b: {VARIANTS[split_label(b)[0]][0]} | ({"cutile"} if b.endswith("+conv") else set()) for b in wanted}
+    runnable, skipped = available_backends(",".join(sorted(set().union(*needs.values()))), device)
+    labels = [b for b in wanted if needs[b] <= set(runnable)]
     if not labels:
         print("no variant can run here", file=sys.stderr)
         return 2

@@ -77,12 +77,15 @@ def test_bench_step_writes_json(tmp_path):
     out = tmp_path / "s.json"
     _run(
         "bench_step.py",
-        *("--configs", "tiny", "--seqlens", "64", "--tokens_per_step", "128", "--backends", "torch,standin"),
-        *("--modes", "eager", "--steps", "2", "--warmup", "1", "--out", str(out)),
+        *("--configs", "tiny", "--seqlens", "64", "--tokens_per_step", "128"),
+        *("--backends", "torch,standin,standin+conv", "--modes", "eager", "--steps", "2", "--warmup", "1"),
+        *("--out", str(out)),
     )
     data = json.loads(out.read_text())
     rows = {r["variant"]: r for r in data["records"]}
-    assert rows.keys() == {"torch", "standin"}
+    assert rows.keys() == {"torch", "standin"}  # standin+conv needs the cuTile conv: skipped here, and said why
+    assert data["settings"]["variants"] == ["torch", "standin"] and "cutile" in data["settings"]["skipped"]
+    assert {r["config"]["conv_backend"] for r in rows.values()} == {"torch"}
     torch_row, standin = rows["torch"], rows["standin"]
     assert (torch_row["backend"], torch_row["backward"], standin["backend"]) == ("torch", "reference", "standin")
     assert torch_row["size"] == "tiny" and torch_row["batch"] == 2 and torch_row["config"]["d_model"] == 128
@@ -95,6 +98,17 @@ def test_bench_step_writes_json(tmp_path):
     assert standin["median"]["ssd_forward_ms"] == 0 and "ssd_ms_by_subtraction" not in standin
     assert torch_row["ssd_ms_by_subtraction"] == pytest.approx(m["step_ms"] - standin["median"]["step_ms"])
     assert torch_row["timer_cost"] > -1 and torch_row["train_flops_per_token"] > 0
+
+
+def test_bench_step_refuses_unknown_variants():
+    done = subprocess.run(
+        [sys.executable, "scripts/bench_step.py", "--backends", "torch,triton+fast", "--configs", "tiny"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "unknown variants ['triton+fast']" in done.stderr.splitlines()[-1]
 
 
 def test_ab_kernels_runs_each_tree_in_its_own_process(tmp_path):

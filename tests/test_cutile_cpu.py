@@ -20,8 +20,10 @@ from kernels.reference import ssd_chunked
 def test_every_kernel_compiles_to_a_cubin(arch):
     sizes = aot.export_all(arch)
     names = {label.split("[")[0] for label in sizes}
-    assert names == {"chunk_cumsum", "fwd_pass_state", "compute_out", "bwd_pass_state", "bwd_dx", "bwd_dbc"}
-    assert len(sizes) == len(list(aot.signatures())) + len(list(aot.backward_signatures()))
+    ssd = {"chunk_cumsum", "fwd_pass_state", "compute_out", "bwd_pass_state", "bwd_dx", "bwd_dbc"}
+    assert names == ssd | {"conv_fwd", "conv_bwd"}
+    every = (*aot.signatures(), *aot.backward_signatures(), *aot.conv_signatures())
+    assert len(sizes) == len(every) == len({label for label, _, _ in every})
     assert all(size > 1000 for size in sizes.values())
 
 
@@ -288,3 +290,15 @@ def test_bf16_tuned_defaults_stay_with_bf16_inputs(dtype, monkeypatch):
     assert dx_default.occupancy == (2 if bf16 else 1)
     assert out_default.TILE_T == (128 if bf16 else 64)
     assert any(c.occupancy == 2 for c in dx_space) == (dtype != torch.float32)
+
+
+def test_cutile_conv_names_what_it_cannot_take():
+    from kernels.cutile.causal_conv import causal_conv1d_silu
+
+    x, w, b = torch.zeros(1, 8, 4), torch.zeros(4, 4), torch.zeros(4)
+    with pytest.raises(ValueError, match="cutile conv: x is on cpu; move it to a CUDA device"):
+        causal_conv1d_silu(x, w, b)
+    with pytest.raises(ValueError, match=r"x must be \(b, l, c\) and weight \(c, k\), got \(1, 8, 4\) and \(5, 4\)"):
+        causal_conv1d_silu(x, torch.zeros(5, 4), b)
+    with pytest.raises(ValueError, match=r"bias must be \(4,\), got \(3,\)"):
+        causal_conv1d_silu(x, w, torch.zeros(3))

@@ -1,4 +1,5 @@
-"""Ahead-of-time compilation of every SSD kernel (forward and backward) to cubins, with no GPU present.
+"""Ahead-of-time compilation of every kernel (the SSD's and the causal conv's, forward and backward) to cubins,
+with no GPU present.
 
 CI runs `export_all("sm_90")` and `export_all("sm_100")`, so a kernel that stops compiling for
 Hopper or Blackwell fails CI. Each kernel is compiled for the specializations the SSD launches:
@@ -22,6 +23,7 @@ from cuda.tile import compilation as ctc
 from kernels.cutile.bwd_dbc import bwd_dbc_kernel
 from kernels.cutile.bwd_dx import bwd_dx_kernel
 from kernels.cutile.bwd_pass_state import bwd_pass_state_kernel
+from kernels.cutile.causal_conv import BWD_TILES, DEFAULT_BWD, DEFAULT_FWD, FWD_TILES, conv_bwd_kernel, conv_fwd_kernel
 from kernels.cutile.chunk_cumsum import chunk_cumsum_kernel
 from kernels.cutile.compute_out import compute_out_kernel
 from kernels.cutile.fwd_pass_state import fwd_pass_state_kernel, states_dtype
@@ -136,13 +138,39 @@ def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
         )
 
 
+def conv_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
+    """(label, kernel, signature) for the causal conv's kernels (kernels/cutile/causal_conv.py): every dtype with
+    the default tile, every tile of the tune spaces at bf16 without a bias, and k = 3 (the model's is 4)."""
+    f32 = ct.float32
+
+    def arrays(stage: str, dtype) -> list:  # x, weight, bias, then y; or dy, dx, dweight_part, dbias_part
+        outputs = (
+            [_array(dtype, 3)] if stage == "conv_fwd" else [_array(dtype, 3)] * 2 + [_array(f32, 4), _array(f32, 3)]
+        )
+        return [_array(dtype, 3), _array(f32, 2), _array(f32, 1), *outputs]
+
+    for stage, kernel, tiles, default in (
+        ("conv_fwd", conv_fwd_kernel, FWD_TILES, DEFAULT_FWD),
+        ("conv_bwd", conv_bwd_kernel, BWD_TILES, DEFAULT_BWD),
+    ):
+        first = (default.TILE_T, default.TILE_C)
+        cases = [(name, 4, first, True) for name in DTYPES] + [("bfloat16", 4, tile, False) for tile in tiles]
+        cases.append(("bfloat16", 3, first, True))
+        for name, k, (tile_t, tile_c), bias in cases:
+            yield (
+                f"{stage}[{name},K={k},T={tile_t},C={tile_c},bias={bias}]",
+                kernel,
+                _signature([*arrays(stage, DTYPES[name]), k, tile_t, tile_c, bias]),
+            )
+
+
 def export_all(gpu_code: str) -> dict[str, int]:
     """Compile every specialization for `gpu_code` ("sm_90", "sm_100", ...): label -> cubin bytes.
 
     Raises RuntimeError naming the kernel and specialization that failed to compile.
     """
     sizes = {}
-    for label, kernel, sig in (*signatures(), *backward_signatures()):
+    for label, kernel, sig in (*signatures(), *backward_signatures(), *conv_signatures()):
         buf = io.BytesIO()
         try:
             ctc.export_kernel(kernel, [sig], buf, gpu_code=gpu_code, output_format="cubin")

@@ -29,6 +29,17 @@ from kernels.reference import process_dt, ssd_step
 from lightning_modules.model.layers import causal_conv1d_silu, rms_norm, split_linear
 from lightning_modules.model.loss import linear_cross_entropy
 
+CONV_BACKENDS = ("torch", "cutile")
+
+
+def conv_implementation(name: str) -> Callable[[Tensor, Tensor, Tensor | None], Tensor]:
+    """The causal conv + SiLU of `name` (Mamba2Config.conv_backend): (x (b, l, c), weight (c, k), bias) -> y."""
+    if name == "cutile":
+        from kernels.cutile.causal_conv import causal_conv1d_silu as cutile_conv
+
+        return cutile_conv
+    return causal_conv1d_silu
+
 
 @dataclass
 class Mamba2Config:
@@ -40,6 +51,8 @@ class Mamba2Config:
         or "cutile" (the backward kernels); the other backends have one backward each.
     vocab_size: train.py sets it from data.vocab_size.
     loss_chunk: tokens per chunk of the LM head + cross-entropy (loss.py): the logits held at once.
+    conv_backend: the causal conv + SiLU, "torch" (layers.causal_conv1d_silu, fused by torch.compile) or
+        "cutile" (kernels/cutile/causal_conv.py, forward and backward kernels; CUDA only).
     """
 
     vocab_size: int = 4096
@@ -59,6 +72,7 @@ class Mamba2Config:
     ssd_backend: str = "auto"
     ssd_backward: str = "reference"
     loss_chunk: int = 2048
+    conv_backend: str = "torch"
 
     @property
     def d_inner(self) -> int:
@@ -80,6 +94,8 @@ class Mamba2Config:
             raise ValueError(
                 f"ssd_backward {self.ssd_backward!r} is the cutile backend's; ssd_backend is {self.ssd_backend!r}"
             )
+        if self.conv_backend not in CONV_BACKENDS:
+            raise ValueError(f"conv_backend must be one of {', '.join(CONV_BACKENDS)}; got {self.conv_backend!r}")
         for name in (
             "vocab_size",
             "d_model",
@@ -122,6 +138,7 @@ class Mamba2Block(nn.Module):
         self.cfg = cfg
         self.layer_idx = layer_idx
         self.ssd, self.ssd_backend, self.ssd_backward = ssd, cfg.ssd_backend, cfg.ssd_backward
+        self.conv = conv_implementation(cfg.conv_backend)
         d_inner, h, gn = cfg.d_inner, cfg.nheads, cfg.ngroups * cfg.d_state
         self.conv_dim = d_inner + 2 * gn
         self.in_proj = nn.Linear(cfg.d_model, 2 * d_inner + 2 * gn + h, bias=False)
@@ -152,7 +169,7 @@ class Mamba2Block(nn.Module):
         cfg = self.cfg
         b, l, _ = u.shape
         z, xbc, dt = split_linear(u, self.in_proj.weight, [cfg.d_inner, self.conv_dim, cfg.nheads])
-        xbc = causal_conv1d_silu(xbc, self.conv1d.weight[:, 0], self.conv1d.bias)  # (b, l, conv_dim)
+        xbc = self.conv(xbc, self.conv1d.weight[:, 0], self.conv1d.bias)  # (b, l, conv_dim)
         x, B, C = self._split_xbc(xbc)  # views: each token's x, B, C stay contiguous rows
         y = self.ssd(
             x.reshape(b, l, cfg.nheads, cfg.headdim),
