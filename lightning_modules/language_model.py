@@ -74,8 +74,8 @@ class LanguageModel(L.LightningModule):
             self._compiled = True
 
     def on_fit_start(self) -> None:
-        """Say which SSD backend runs here (an error naming the reason if the configured one, or the cutile conv,
-        cannot)."""
+        """Say which SSD backend runs here (an error naming the reason if the configured one, or a cutile conv or
+        norm, cannot)."""
         device = self.device
         name = kernels.resolve(self.config.ssd_backend, device.type, device.index)
         if self.config.ssd_backward != "reference" and name != "cutile":
@@ -83,8 +83,9 @@ class LanguageModel(L.LightningModule):
                 f"model.config.ssd_backward {self.config.ssd_backward!r} needs the cutile backend, but "
                 f"ssd_backend {self.config.ssd_backend!r} resolved to {name!r} here; use ssd_backward reference"
             )
-        if self.config.conv_backend == "cutile" and (reason := kernels.unavailable_reason("cutile", device)):
-            raise ValueError(f"model.config.conv_backend cutile cannot run here: {reason}; use conv_backend torch")
+        for key in ("conv_backend", "norm_backend"):
+            if getattr(self.config, key) == "cutile" and (reason := kernels.unavailable_reason("cutile", device)):
+                raise ValueError(f"model.config.{key} cutile cannot run here: {reason}; use {key} torch")
         kernels.set_autotune(self.hparams.cutile_autotune)
         rank_zero_info(f"SSD backend: {name} (configured: {self.config.ssd_backend}, device: {device})")
 

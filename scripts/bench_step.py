@@ -9,8 +9,9 @@ clipping. Variants (--backends):
     cutile_bwd              the cutile backend with its backward kernels (model.config.ssd_backward: cutile)
     standin                 the SSD replaced by y = x·D: the rest of the step alone; each other row's SSD
                             time and share then come by subtraction (ssd_ms_by_subtraction), compiled too
-    <variant>+conv          that variant with the cuTile causal conv + SiLU (model.config.conv_backend: cutile)
-                            in place of the compiled PyTorch one; subtraction pairs it with standin+conv
+    <variant>+conv, +norm   that variant with the cuTile causal conv + SiLU (model.config.conv_backend: cutile)
+                            and/or the cuTile gated RMSNorm (norm_backend: cutile) in place of the compiled
+                            PyTorch ones (triton+conv+norm: both); subtraction pairs it with the standin of the same
 
 Warm-up steps (compilation, autotuning) are timed on their own, then steady-state steps alternate
 between variants. Per step (lightning_modules.measure.step): total, forward, backward and optimizer
@@ -54,12 +55,15 @@ VARIANTS = {  # label: (model.config.ssd_backend, model.config.ssd_backward)
 }
 
 
-def split_label(label: str) -> tuple[str, str]:
-    """A variant label -> (its VARIANTS entry, its model.config.conv_backend); ValueError if unknown."""
-    base, plus, extra = label.partition("+")
-    if base not in VARIANTS or (plus and extra != "conv"):
+LAYERS = {"conv": "conv_backend", "norm": "norm_backend"}  # label suffix: the model.config key it sets to cutile
+
+
+def split_label(label: str) -> tuple[str, dict[str, str]]:
+    """A variant label -> (its VARIANTS entry, its model.config layer backends); ValueError if unknown."""
+    base, *extras = label.split("+")
+    if base not in VARIANTS or any(e not in LAYERS for e in extras) or len(set(extras)) < len(extras):
         raise ValueError(label)
-    return base, "cutile" if plus else "torch"
+    return base, {key: "cutile" if suffix in extras else "torch" for suffix, key in LAYERS.items()}
 
 
 def ssd_standin(x: torch.Tensor, dt: torch.Tensor, A, B, C, chunk_size, D: torch.Tensor, **_) -> torch.Tensor:
@@ -87,10 +91,10 @@ def load_module(name: str, label: str, seqlen: int, compile_model: bool, compile
     experiment = yaml.safe_load(path.read_text())
     settings = dict(experiment["model"])
     cfg = Mamba2Config(**settings.pop("config"), vocab_size=experiment["data"]["vocab_size"])
-    base, conv = split_label(label)
+    base, layers = split_label(label)
     backend, backward = VARIANTS[base]
     chunk = min(cfg.chunk_size, seqlen)
-    cfg = dataclasses.replace(cfg, ssd_backend=backend, ssd_backward=backward, chunk_size=chunk, conv_backend=conv)
+    cfg = dataclasses.replace(cfg, ssd_backend=backend, ssd_backward=backward, chunk_size=chunk, **layers)
     torch.manual_seed(0)  # the same initial weights for every variant
     module = LanguageModel(config=cfg, **{**settings, "compile": compile_model, "compile_mode": compile_mode})
     if base == "standin":
@@ -167,9 +171,13 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
             top = dict(list(prof["by_kernel"].items())[:20])
             rec["profile"] = {"gpu_ms": prof["ms"], "kernels": prof["kernels"], "top_kernels_ms": top}
         records.append(rec)
-    rests = {r["config"]["conv_backend"]: r["median"]["step_ms"] for r in records if r["backend"] == "standin"}
+
+    def layers(rec: dict) -> tuple[str, ...]:
+        return tuple(rec["config"][key] for key in LAYERS.values())
+
+    rests = {layers(r): r["median"]["step_ms"] for r in records if r["backend"] == "standin"}
     for rec in records:
-        rest = rests.get(rec["config"]["conv_backend"])
+        rest = rests.get(layers(rec))
         if rest is not None and rec["backend"] != "standin":
             rec["ssd_ms_by_subtraction"] = rec["median"]["step_ms"] - rest
             rec["ssd_share_by_subtraction"] = rec["ssd_ms_by_subtraction"] / rec["median"]["step_ms"]
@@ -210,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--backends",
         default="standin,triton,cutile,cutile_bwd,torch",
-        help=f"{', '.join(VARIANTS)}; each may end in +conv (the cuTile conv)",
+        help=f"{', '.join(VARIANTS)}; each may end in +conv and/or +norm (the cuTile conv, gated RMSNorm)",
     )
     ap.add_argument("--modes", default="eager,compile", help="eager, compile, or both: eager,compile")
     ap.add_argument("--warmup", type=int, default=3)
@@ -232,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             unknown.append(b)
     if unknown or args.steps < 1 or args.warmup < 0:
         ap.error(
-            f"unknown variants {unknown} (choose from {', '.join(VARIANTS)}, each optionally +conv), "
+            f"unknown variants {unknown} (choose from {', '.join(VARIANTS)}, each optionally +conv, +norm), "
             "or steps < 1, or warmup < 0"
         )
 
@@ -240,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     torch._dynamo.config.cache_size_limit = 64  # one compiled graph per variant and mode in this process
     device = "cuda" if torch.cuda.is_available() else "cpu"
     wanted = args.backends.split(",")
-    needs = {b: {VARIANTS[split_label(b)[0]][0]} | ({"cutile"} if b.endswith("+conv") else set()) for b in wanted}
+    needs = {b: {VARIANTS[split_label(b)[0]][0]} | ({"cutile"} if "+" in b else set()) for b in wanted}
     runnable, skipped = available_backends(",".join(sorted(set().union(*needs.values()))), device)
     labels = [b for b in wanted if needs[b] <= set(runnable)]
     if not labels:

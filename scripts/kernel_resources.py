@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     hints = {k: int(v) for k, v in (h.split("=") for h in args.hints.split(",") if h)}
-    for label, kernel, signature in (*aot.signatures(), *aot.backward_signatures(), *aot.conv_signatures()):
+    for label, kernel, signature in aot.every_signature():
         if args.only in label:
             kernel = kernel.replace_hints(**hints) if hints else kernel
             print(f"{label:60s} {resources(kernel, signature, args.arch, args.cuobjdump)}", flush=True)

@@ -78,14 +78,14 @@ def test_bench_step_writes_json(tmp_path):
     _run(
         "bench_step.py",
         *("--configs", "tiny", "--seqlens", "64", "--tokens_per_step", "128"),
-        *("--backends", "torch,standin,standin+conv", "--modes", "eager", "--steps", "2", "--warmup", "1"),
+        *("--backends", "torch,standin,standin+conv+norm", "--modes", "eager", "--steps", "2", "--warmup", "1"),
         *("--out", str(out)),
     )
     data = json.loads(out.read_text())
     rows = {r["variant"]: r for r in data["records"]}
-    assert rows.keys() == {"torch", "standin"}  # standin+conv needs the cuTile conv: skipped here, and said why
+    assert rows.keys() == {"torch", "standin"}  # standin+conv+norm needs cuTile: skipped here, and said why
     assert data["settings"]["variants"] == ["torch", "standin"] and "cutile" in data["settings"]["skipped"]
-    assert {r["config"]["conv_backend"] for r in rows.values()} == {"torch"}
+    assert {(r["config"]["conv_backend"], r["config"]["norm_backend"]) for r in rows.values()} == {("torch", "torch")}
     torch_row, standin = rows["torch"], rows["standin"]
     assert (torch_row["backend"], torch_row["backward"], standin["backend"]) == ("torch", "reference", "standin")
     assert torch_row["size"] == "tiny" and torch_row["batch"] == 2 and torch_row["config"]["d_model"] == 128
@@ -102,13 +102,22 @@ def test_bench_step_writes_json(tmp_path):
 
 def test_bench_step_refuses_unknown_variants():
     done = subprocess.run(
-        [sys.executable, "scripts/bench_step.py", "--backends", "torch,triton+fast", "--configs", "tiny"],
+        [
+            sys.executable,
+            "scripts/bench_step.py",
+            "--backends",
+            "torch,triton+fast,triton+conv+conv",
+            "--configs",
+            "tiny",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert done.returncode == 2 and "unknown variants ['triton+fast']" in done.stderr.splitlines()[-1]
+    assert (
+        done.returncode == 2 and "unknown variants ['triton+fast', 'triton+conv+conv']" in done.stderr.splitlines()[-1]
+    )
 
 
 def test_ab_kernels_runs_each_tree_in_its_own_process(tmp_path):

@@ -63,8 +63,9 @@ def test_conv_against_float64(dtype, b, l, c, k, bias, strided):
 
 @pytest.mark.parametrize("fwd,bwd", list(itertools.product(fwd_space(), bwd_space())))
 def test_every_configuration(fwd, bwd):
-    with tuning.forced("conv_fwd", fwd), tuning.forced("conv_bwd", bwd):
+    with tuning.forced("conv_fwd", fwd) as fwd_launched, tuning.forced("conv_bwd", bwd) as bwd_launched:
         check(*inputs(2, 133, 300, 4, torch.bfloat16, seed=1), TOL[torch.bfloat16])
+    assert fwd_launched == [fwd] and bwd_launched == [bwd]
 
 
 def test_long_sequence_stays_finite_and_accurate():

@@ -45,11 +45,12 @@ def test_model_settings_are_checked_before_training(tmp_path, corpus, capsys):
     line = _fails_in_one_line(capsys, tiny_args(tmp_path / "d", corpus, "--model.config.conv_backend=triton"))
     assert "conv_backend must be one of torch, cutile; got 'triton'" in line
     # The cuTile conv where cuTile cannot run (no CUDA device here)
-    line = _fails_in_one_line(
-        capsys, tiny_args(tmp_path / "e", corpus, "--model.config.conv_backend=cutile", "--logging.wandb=false")
-    )
-    assert "model.config.conv_backend cutile cannot run here" in line and "use conv_backend torch" in line
-    assert not (tmp_path / "e" / "checkpoints").exists()
+    for key in ("conv_backend", "norm_backend"):
+        line = _fails_in_one_line(
+            capsys, tiny_args(tmp_path / key, corpus, f"--model.config.{key}=cutile", "--logging.wandb=false")
+        )
+        assert f"model.config.{key} cutile cannot run here" in line and f"use {key} torch" in line
+        assert not (tmp_path / key / "checkpoints").exists()
 
 
 def test_a_diverged_run_says_so_and_claims_no_checkpoint(tmp_path, corpus, capsys):

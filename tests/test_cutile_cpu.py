@@ -21,8 +21,8 @@ def test_every_kernel_compiles_to_a_cubin(arch):
     sizes = aot.export_all(arch)
     names = {label.split("[")[0] for label in sizes}
     ssd = {"chunk_cumsum", "fwd_pass_state", "compute_out", "bwd_pass_state", "bwd_dx", "bwd_dbc"}
-    assert names == ssd | {"conv_fwd", "conv_bwd"}
-    every = (*aot.signatures(), *aot.backward_signatures(), *aot.conv_signatures())
+    assert names == ssd | {"conv_fwd", "conv_bwd", "norm_fwd", "norm_bwd"}
+    every = list(aot.every_signature())
     assert len(sizes) == len(every) == len({label for label, _, _ in every})
     assert all(size > 1000 for size in sizes.values())
 
@@ -302,3 +302,17 @@ def test_cutile_conv_names_what_it_cannot_take():
         causal_conv1d_silu(x, torch.zeros(5, 4), b)
     with pytest.raises(ValueError, match=r"bias must be \(4,\), got \(3,\)"):
         causal_conv1d_silu(x, w, torch.zeros(3))
+
+
+def test_cutile_norm_names_what_it_cannot_take():
+    from kernels.cutile.rms_norm import rms_norm
+
+    x, w = torch.zeros(2, 8, 64), torch.ones(64)
+    with pytest.raises(ValueError, match="cutile rms_norm: x is on cpu; move it to a CUDA device"):
+        rms_norm(x, w, 1e-5, None, 64, torch.float32)
+    with pytest.raises(ValueError, match="dim 64 is not a multiple of the group size 48"):
+        rms_norm(x, w, 1e-5, None, 48, torch.float32)
+    with pytest.raises(ValueError, match="group size 40 must be a multiple of 16"):
+        rms_norm(torch.zeros(2, 80), torch.ones(80), 1e-5, None, 40, torch.float32)
+    with pytest.raises(ValueError, match=r"weight \(d,\), z like x or None; got \(\(2, 8, 64\), \(64,\), \(2, 8\)\)"):
+        rms_norm(x, w, 1e-5, torch.zeros(2, 8), 64, torch.float32)

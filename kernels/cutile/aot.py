@@ -1,5 +1,5 @@
-"""Ahead-of-time compilation of every kernel (the SSD's and the causal conv's, forward and backward) to cubins,
-with no GPU present.
+"""Ahead-of-time compilation of every kernel (the SSD's, the causal conv's and the gated RMSNorm's, forward and
+backward) to cubins, with no GPU present.
 
 CI runs `export_all("sm_90")` and `export_all("sm_100")`, so a kernel that stops compiling for
 Hopper or Blackwell fails CI. Each kernel is compiled for the specializations the SSD launches:
@@ -27,6 +27,10 @@ from kernels.cutile.causal_conv import BWD_TILES, DEFAULT_BWD, DEFAULT_FWD, FWD_
 from kernels.cutile.chunk_cumsum import chunk_cumsum_kernel
 from kernels.cutile.compute_out import compute_out_kernel
 from kernels.cutile.fwd_pass_state import fwd_pass_state_kernel, states_dtype
+from kernels.cutile.rms_norm import DEFAULT_BWD as NORM_BWD
+from kernels.cutile.rms_norm import DEFAULT_FWD as NORM_FWD
+from kernels.cutile.rms_norm import FWD_TILES as NORM_TILES
+from kernels.cutile.rms_norm import norm_bwd_kernel, norm_fwd_kernel
 from kernels.cutile.ssd import BACKWARD_CHUNK
 
 DTYPES = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}
@@ -164,13 +168,46 @@ def conv_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
             )
 
 
+def norm_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
+    """(label, kernel, signature) for the gated RMSNorm's kernels (kernels/cutile/rms_norm.py) at the medium
+    model's group of 1536 channels: every dtype with the default tile and a gate, every tile at bf16, and no gate."""
+    f32 = ct.float32
+    group = 1536
+    for stage, kernel, default in (("norm_fwd", norm_fwd_kernel, NORM_FWD), ("norm_bwd", norm_bwd_kernel, NORM_BWD)):
+        first = (default.TILE_T, default.TILE_D)
+        cases = [(name, first, True) for name in DTYPES]
+        cases += [("bfloat16", tile, True) for tile in NORM_TILES if tile != first]
+        cases.append(("bfloat16", first, False))
+        for name, (tile_t, tile_d), gate in cases:
+            dtype = DTYPES[name]
+            if stage == "norm_fwd":  # x, z, weight, out (bf16, as under autocast), rstd, eps
+                arrays = [_array(dtype, 2), _array(dtype, 2), _array(f32, 1), _array(ct.bfloat16, 2), _array(f32, 2)]
+                arrays.append(ctc.ScalarConstraint(f32))
+            else:  # x, z, weight, rstd, dout, dx, dz, dweight_part
+                arrays = [_array(dtype, 2), _array(dtype, 2), _array(f32, 1), _array(f32, 2), _array(ct.bfloat16, 2)]
+                arrays += [_array(dtype, 2), _array(dtype, 2), _array(f32, 2)]
+            yield (
+                f"{stage}[{name},G={group},T={tile_t},D={tile_d},gate={gate}]",
+                kernel,
+                _signature([*arrays, group, tile_t, tile_d, gate]),
+            )
+
+
+def every_signature() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
+    """Every specialization CI compiles: the SSD's forward and backward, the causal conv's, the RMSNorm's."""
+    yield from signatures()
+    yield from backward_signatures()
+    yield from conv_signatures()
+    yield from norm_signatures()
+
+
 def export_all(gpu_code: str) -> dict[str, int]:
     """Compile every specialization for `gpu_code` ("sm_90", "sm_100", ...): label -> cubin bytes.
 
     Raises RuntimeError naming the kernel and specialization that failed to compile.
     """
     sizes = {}
-    for label, kernel, sig in (*signatures(), *backward_signatures(), *conv_signatures()):
+    for label, kernel, sig in every_signature():
         buf = io.BytesIO()
         try:
             ctc.export_kernel(kernel, [sig], buf, gpu_code=gpu_code, output_format="cubin")

@@ -26,10 +26,10 @@ from torch import Tensor, nn
 
 import kernels
 from kernels.reference import process_dt, ssd_step
-from lightning_modules.model.layers import causal_conv1d_silu, rms_norm, split_linear
+from lightning_modules.model.layers import causal_conv1d_silu, compute_dtype, rms_norm, split_linear
 from lightning_modules.model.loss import linear_cross_entropy
 
-CONV_BACKENDS = ("torch", "cutile")
+LAYER_BACKENDS = ("torch", "cutile")  # conv_backend and norm_backend: the block's work around the SSD
 
 
 def conv_implementation(name: str) -> Callable[[Tensor, Tensor, Tensor | None], Tensor]:
@@ -39,6 +39,18 @@ def conv_implementation(name: str) -> Callable[[Tensor, Tensor, Tensor | None], 
 
         return cutile_conv
     return causal_conv1d_silu
+
+
+def norm_implementation(name: str) -> Callable[..., Tensor]:
+    """The gated RMSNorm of `name` (Mamba2Config.norm_backend), with layers.rms_norm's signature."""
+    if name == "cutile":
+        from kernels.cutile.rms_norm import rms_norm as cutile_norm
+
+        def norm(x: Tensor, weight: Tensor, eps: float, z: Tensor | None = None, group_size: int | None = None):
+            return cutile_norm(x, weight, eps, z, group_size or x.shape[-1], compute_dtype(x))
+
+        return norm
+    return rms_norm
 
 
 @dataclass
@@ -53,6 +65,8 @@ class Mamba2Config:
     loss_chunk: tokens per chunk of the LM head + cross-entropy (loss.py): the logits held at once.
     conv_backend: the causal conv + SiLU, "torch" (layers.causal_conv1d_silu, fused by torch.compile) or
         "cutile" (kernels/cutile/causal_conv.py, forward and backward kernels; CUDA only).
+    norm_backend: the block's gated RMSNorm, "torch" (layers.rms_norm) or "cutile" (kernels/cutile/rms_norm.py;
+        CUDA only). The pre-norms of the residual stream stay layers.rms_norm.
     """
 
     vocab_size: int = 4096
@@ -73,6 +87,7 @@ class Mamba2Config:
     ssd_backward: str = "reference"
     loss_chunk: int = 2048
     conv_backend: str = "torch"
+    norm_backend: str = "torch"
 
     @property
     def d_inner(self) -> int:
@@ -94,8 +109,9 @@ class Mamba2Config:
             raise ValueError(
                 f"ssd_backward {self.ssd_backward!r} is the cutile backend's; ssd_backend is {self.ssd_backend!r}"
             )
-        if self.conv_backend not in CONV_BACKENDS:
-            raise ValueError(f"conv_backend must be one of {', '.join(CONV_BACKENDS)}; got {self.conv_backend!r}")
+        for name in ("conv_backend", "norm_backend"):
+            if getattr(self, name) not in LAYER_BACKENDS:
+                raise ValueError(f"{name} must be one of {', '.join(LAYER_BACKENDS)}; got {getattr(self, name)!r}")
         for name in (
             "vocab_size",
             "d_model",
@@ -119,14 +135,17 @@ class Mamba2Config:
 class RMSNorm(nn.Module):
     """RMSNorm over the last dim, optionally gated: norm(x * SiLU(z)), in groups of `group_size` (layers.rms_norm)."""
 
-    def __init__(self, dim: int, eps: float = 1e-5, group_size: int | None = None):
+    def __init__(
+        self, dim: int, eps: float = 1e-5, group_size: int | None = None, impl: Callable[..., Tensor] = rms_norm
+    ):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
         self.group_size = group_size or dim
+        self.impl = impl
 
     def forward(self, x: Tensor, z: Tensor | None = None) -> Tensor:
-        return rms_norm(x, self.weight, self.eps, z, self.group_size)
+        return self.impl(x, self.weight, self.eps, z, self.group_size)
 
 
 class Mamba2Block(nn.Module):
@@ -153,7 +172,7 @@ class Mamba2Block(nn.Module):
         self.D = nn.Parameter(torch.ones(h))
         for p in (self.dt_bias, self.A_log, self.D):
             p._no_weight_decay = True
-        self.norm = RMSNorm(d_inner, cfg.norm_eps, group_size=d_inner // cfg.ngroups)
+        self.norm = RMSNorm(d_inner, cfg.norm_eps, d_inner // cfg.ngroups, norm_implementation(cfg.norm_backend))
         self.out_proj = nn.Linear(d_inner, cfg.d_model, bias=False)
 
     def _split(self, zxbcdt: Tensor) -> tuple[Tensor, Tensor, Tensor]:

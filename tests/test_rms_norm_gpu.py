@@ -1,0 +1,105 @@
+"""The cuTile gated RMSNorm (kernels/cutile/rms_norm.py) against layers.rms_norm in float64: output and every
+gradient, over dtypes, groups, gated or not, strided gates, partial token tiles and every configuration of both
+tune spaces; a float32 input into a bf16 output; then under torch.compile, and inside the model with the cuTile conv."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from kernels.cutile import tuning
+from kernels.cutile.rms_norm import bwd_space, fwd_space, rms_norm
+from kernels.testing import rel_err
+from lightning_modules.model.layers import rms_norm as reference
+from lightning_modules.model.mamba2 import Mamba2Config, Mamba2LM
+from tests.gpu_common import CUTILE
+
+pytestmark = CUTILE
+F64 = torch.float64
+TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-5}  # relative, against float64
+SHAPES = [  # rows (b, l), d, group size
+    ((2, 2048), 1536, 1536),  # the medium model's gated norm at batch 2
+    ((1, 37), 256, 64),  # four groups, a partial token tile
+    ((3, 5), 1536, 768),
+    ((1, 300), 48, 48),  # a group that is not a power of two: blocks of 16
+]
+
+
+def inputs(rows, d, dtype, gated=True, strided=False, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(*rows, d, device="cuda", generator=gen).to(dtype)
+    width = d + 40 if strided else d  # a strided view, as the model's z is of in_proj's output
+    z = torch.randn(*rows, width, device="cuda", generator=gen).to(dtype)[..., :d] if gated else None
+    weight = 1 + 0.1 * torch.randn(d, device="cuda", generator=gen)
+    dout = torch.randn(*rows, d, device="cuda", generator=gen).to(dtype)
+    return x, weight, z, dout
+
+
+def check(x, weight, z, dout, group, tol, out_dtype=None):
+    """Output and gradients against the float64 reference on the same (rounded) inputs."""
+    out_dtype = out_dtype or x.dtype
+    leaves = [None if t is None else t.detach().requires_grad_(True) for t in (x, weight, z)]
+    leaves64 = [None if t is None else t.detach().to(F64).requires_grad_(True) for t in (x, weight, z)]
+    out = rms_norm(leaves[0], leaves[1], 1e-5, leaves[2], group, out_dtype)
+    out64 = reference(leaves64[0], leaves64[1], 1e-5, leaves64[2], group)
+    assert out.dtype == out_dtype and out.shape == out64.shape
+    assert rel_err(out, out64) < tol
+    present = [i for i, t in enumerate(leaves) if t is not None]
+    got = torch.autograd.grad(out, [leaves[i] for i in present], dout.to(out_dtype))
+    want = torch.autograd.grad(out64, [leaves64[i] for i in present], dout.to(out_dtype).to(F64))
+    for i, g, w in zip(present, got, want):
+        assert g.dtype == leaves[i].dtype and g.shape == w.shape
+        assert rel_err(g, w) < tol, ("x", "weight", "z")[i]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("rows,d,group", SHAPES)
+@pytest.mark.parametrize("gated,strided", [(True, True), (False, False)])
+def test_norm_against_float64(dtype, rows, d, group, gated, strided):
+    check(*inputs(rows, d, dtype, gated, strided), group, TOL[dtype])
+
+
+@pytest.mark.parametrize("fwd,bwd", list(itertools.product(fwd_space(), bwd_space())))
+def test_every_configuration(fwd, bwd):
+    with tuning.forced("norm_fwd", fwd) as fwd_launched, tuning.forced("norm_bwd", bwd) as bwd_launched:
+        check(*inputs((2, 45), 768, torch.bfloat16, seed=1), 384, TOL[torch.bfloat16])
+    assert fwd_launched == [fwd] and bwd_launched == [bwd]
+
+
+def test_fp32_residual_into_bf16_output():
+    """As the model's pre-norms run under autocast: float32 in, bfloat16 out, no gate."""
+    x, weight, _, dout = inputs((2, 100), 768, torch.float32, gated=False, seed=2)
+    check(x, weight, None, dout, 768, TOL[torch.bfloat16], out_dtype=torch.bfloat16)
+
+
+def test_compiled_fullgraph_matches_eager():
+    x, weight, z, dout = inputs((2, 64), 512, torch.bfloat16, seed=3)
+
+    def f(x, w, z):
+        return rms_norm(x * 2, w, 1e-5, z, 256, torch.bfloat16) * 3
+
+    leaves = [t.detach().requires_grad_(True) for t in (x, weight, z)]
+    eager = torch.autograd.grad(f(*leaves), leaves, dout)
+    compiled = torch.autograd.grad(torch.compile(f, fullgraph=True)(*leaves), leaves, dout)
+    for e, c in zip(eager, compiled):
+        assert rel_err(c, e.to(F64)) < 1e-6
+
+
+@pytest.mark.parametrize("layers", [{"norm_backend": "cutile"}, {"norm_backend": "cutile", "conv_backend": "cutile"}])
+def test_model_with_cutile_layers_matches_torch_layers(layers):
+    cfg = dict(vocab_size=256, d_model=64, n_layer=2, d_state=16, headdim=16, chunk_size=32, ssd_backend="torch")
+    torch.manual_seed(0)
+    ref_model = Mamba2LM(Mamba2Config(**cfg)).cuda()
+    model = Mamba2LM(Mamba2Config(**cfg, **layers)).cuda()
+    model.load_state_dict(ref_model.state_dict())
+    tokens = torch.randint(0, 256, (2, 97), device="cuda")
+    losses = []
+    for m in (ref_model, model):
+        loss = m(tokens[:, :-1], tokens[:, 1:])
+        loss.backward()
+        losses.append(loss.detach())
+    assert rel_err(losses[1], losses[0].to(F64)) < 1e-5
+    for (name, p_ref), p in zip(ref_model.named_parameters(), model.parameters()):
+        assert rel_err(p.grad, p_ref.grad.to(F64)) < 1e-4, name
