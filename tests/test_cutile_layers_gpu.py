@@ -1,0 +1,184 @@
+"""The block's cuTile layers against their PyTorch references in float64: the causal conv + SiLU
+(kernels/cutile/causal_conv.py, against layers.causal_conv1d_silu) and the gated RMSNorm (kernels/cutile/rms_norm.py,
+against layers.rms_norm). Output and every gradient over dtypes, sizes that leave partial tiles, strided inputs and
+every configuration of both tune spaces; then under torch.compile, and inside the model."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from kernels.cutile import tuning
+from kernels.cutile.causal_conv import bwd_space as conv_bwd_space
+from kernels.cutile.causal_conv import causal_conv1d_silu as cutile_conv
+from kernels.cutile.causal_conv import fwd_space as conv_fwd_space
+from kernels.cutile.rms_norm import bwd_space as norm_bwd_space
+from kernels.cutile.rms_norm import fwd_space as norm_fwd_space
+from kernels.cutile.rms_norm import rms_norm as cutile_norm
+from kernels.testing import rel_err
+from lightning_modules.model.layers import causal_conv1d_silu, rms_norm
+from lightning_modules.model.mamba2 import Mamba2Config, Mamba2LM
+from tests.gpu_common import CUTILE
+
+pytestmark = CUTILE
+F64 = torch.float64
+TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-5}  # relative, against float64
+
+# -- the causal conv + SiLU ----------------------------------------------------------------------------------
+CONV_SHAPES = [  # b, l, c, k
+    (2, 2048, 1792, 4),  # the medium model's conv at batch 2
+    (1, 37, 100, 4),  # partial token and channel tiles
+    (3, 3, 64, 4),  # fewer tokens than the kernel width
+    (2, 130, 72, 3),
+    (1, 65, 257, 2),
+]
+
+
+def conv_inputs(b, l, c, k, dtype, bias=True, strided=False, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    width = c + 24 if strided else c  # a strided view, as the model's xbc is of in_proj's output
+    x = torch.randn(b, l, width, device="cuda", generator=gen).to(dtype)[..., :c]
+    weight = torch.randn(c, k, device="cuda", generator=gen) / k
+    bias_t = torch.randn(c, device="cuda", generator=gen) if bias else None
+    dy = torch.randn(b, l, c, device="cuda", generator=gen).to(dtype)
+    return x, weight, bias_t, dy
+
+
+def conv_check(x, weight, bias, dy, tol):
+    """Output and gradients of the cuTile conv against the float64 reference on the same (rounded) inputs."""
+    leaves = [t if t is None else t.detach().requires_grad_(True) for t in (x, weight, bias)]
+    leaves64 = [t if t is None else t.detach().to(F64).requires_grad_(True) for t in (x, weight, bias)]
+    y = cutile_conv(*leaves)
+    y64 = causal_conv1d_silu(*leaves64)
+    assert y.dtype == x.dtype and y.shape == y64.shape
+    assert rel_err(y, y64) < tol
+    present = [i for i, t in enumerate(leaves) if t is not None]
+    got = torch.autograd.grad(y, [leaves[i] for i in present], dy)
+    want = torch.autograd.grad(y64, [leaves64[i] for i in present], dy.to(F64))
+    for i, g, w in zip(present, got, want):
+        assert g.dtype == leaves[i].dtype and g.shape == w.shape
+        assert rel_err(g, w) < tol, ("x", "weight", "bias")[i]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("b,l,c,k", CONV_SHAPES)
+@pytest.mark.parametrize("bias,strided", [(True, True), (False, False)])
+def test_conv_against_float64(dtype, b, l, c, k, bias, strided):
+    conv_check(*conv_inputs(b, l, c, k, dtype, bias, strided), TOL[dtype])
+
+
+@pytest.mark.parametrize("fwd,bwd", list(itertools.product(conv_fwd_space(), conv_bwd_space())))
+def test_conv_every_configuration(fwd, bwd):
+    with tuning.forced("conv_fwd", fwd) as fwd_launched, tuning.forced("conv_bwd", bwd) as bwd_launched:
+        conv_check(*conv_inputs(2, 133, 300, 4, torch.bfloat16, seed=1), TOL[torch.bfloat16])
+    assert fwd_launched == [fwd] and bwd_launched == [bwd]
+
+
+def test_conv_long_sequence_stays_finite_and_accurate():
+    x, weight, bias, dy = conv_inputs(1, 131072, 256, 4, torch.bfloat16, seed=2)
+    conv_check(x, weight, bias, dy, TOL[torch.bfloat16])
+
+
+def test_conv_compiled_fullgraph_matches_eager():
+    x, weight, bias, dy = conv_inputs(2, 300, 192, 4, torch.bfloat16, seed=3)
+
+    def f(x, w, b):
+        return cutile_conv(x * 2, w, b) * 3
+
+    leaves = [t.detach().requires_grad_(True) for t in (x, weight, bias)]
+    eager = torch.autograd.grad(f(*leaves), leaves, dy)
+    compiled = torch.autograd.grad(torch.compile(f, fullgraph=True)(*leaves), leaves, dy)
+    for e, c in zip(eager, compiled):
+        assert rel_err(c, e.to(F64)) < 1e-6
+
+
+# -- the gated RMSNorm ---------------------------------------------------------------------------------------
+NORM_SHAPES = [  # rows (b, l), d, group size
+    ((2, 2048), 1536, 1536),  # the medium model's gated norm at batch 2
+    ((1, 37), 256, 64),  # four groups, a partial token tile
+    ((3, 5), 1536, 768),
+    ((1, 300), 48, 48),  # a group that is not a power of two: blocks of 16
+]
+
+
+def norm_inputs(rows, d, dtype, gated=True, strided=False, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(*rows, d, device="cuda", generator=gen).to(dtype)
+    width = d + 40 if strided else d  # a strided view, as the model's z is of in_proj's output
+    z = torch.randn(*rows, width, device="cuda", generator=gen).to(dtype)[..., :d] if gated else None
+    weight = 1 + 0.1 * torch.randn(d, device="cuda", generator=gen)
+    dout = torch.randn(*rows, d, device="cuda", generator=gen).to(dtype)
+    return x, weight, z, dout
+
+
+def norm_check(x, weight, z, dout, group, tol, out_dtype=None):
+    """Output and gradients against the float64 reference on the same (rounded) inputs."""
+    out_dtype = out_dtype or x.dtype
+    leaves = [None if t is None else t.detach().requires_grad_(True) for t in (x, weight, z)]
+    leaves64 = [None if t is None else t.detach().to(F64).requires_grad_(True) for t in (x, weight, z)]
+    out = cutile_norm(leaves[0], leaves[1], 1e-5, leaves[2], group, out_dtype)
+    out64 = rms_norm(leaves64[0], leaves64[1], 1e-5, leaves64[2], group)
+    assert out.dtype == out_dtype and out.shape == out64.shape
+    assert rel_err(out, out64) < tol
+    present = [i for i, t in enumerate(leaves) if t is not None]
+    got = torch.autograd.grad(out, [leaves[i] for i in present], dout.to(out_dtype))
+    want = torch.autograd.grad(out64, [leaves64[i] for i in present], dout.to(out_dtype).to(F64))
+    for i, g, w in zip(present, got, want):
+        assert g.dtype == leaves[i].dtype and g.shape == w.shape
+        assert rel_err(g, w) < tol, ("x", "weight", "z")[i]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("rows,d,group", NORM_SHAPES)
+@pytest.mark.parametrize("gated,strided", [(True, True), (False, False)])
+def test_norm_against_float64(dtype, rows, d, group, gated, strided):
+    norm_check(*norm_inputs(rows, d, dtype, gated, strided), group, TOL[dtype])
+
+
+@pytest.mark.parametrize("fwd,bwd", list(itertools.product(norm_fwd_space(), norm_bwd_space())))
+def test_norm_every_configuration(fwd, bwd):
+    with tuning.forced("norm_fwd", fwd) as fwd_launched, tuning.forced("norm_bwd", bwd) as bwd_launched:
+        norm_check(*norm_inputs((2, 45), 768, torch.bfloat16, seed=1), 384, TOL[torch.bfloat16])
+    assert fwd_launched == [fwd] and bwd_launched == [bwd]
+
+
+def test_norm_fp32_residual_into_bf16_output():
+    """As the model's pre-norms run under autocast: float32 in, bfloat16 out, no gate."""
+    x, weight, _, dout = norm_inputs((2, 100), 768, torch.float32, gated=False, seed=2)
+    norm_check(x, weight, None, dout, 768, TOL[torch.bfloat16], out_dtype=torch.bfloat16)
+
+
+def test_norm_compiled_fullgraph_matches_eager():
+    x, weight, z, dout = norm_inputs((2, 64), 512, torch.bfloat16, seed=3)
+
+    def f(x, w, z):
+        return cutile_norm(x * 2, w, 1e-5, z, 256, torch.bfloat16) * 3
+
+    leaves = [t.detach().requires_grad_(True) for t in (x, weight, z)]
+    eager = torch.autograd.grad(f(*leaves), leaves, dout)
+    compiled = torch.autograd.grad(torch.compile(f, fullgraph=True)(*leaves), leaves, dout)
+    for e, c in zip(eager, compiled):
+        assert rel_err(c, e.to(F64)) < 1e-6
+
+
+@pytest.mark.parametrize(
+    "layers",
+    [{"conv_backend": "cutile"}, {"norm_backend": "cutile"}, {"norm_backend": "cutile", "conv_backend": "cutile"}],
+)
+def test_model_with_cutile_layers_matches_torch_layers(layers):
+    cfg = dict(vocab_size=256, d_model=64, n_layer=2, d_state=16, headdim=16, chunk_size=32, ssd_backend="torch")
+    torch.manual_seed(0)
+    ref_model = Mamba2LM(Mamba2Config(**cfg)).cuda()
+    model = Mamba2LM(Mamba2Config(**cfg, **layers)).cuda()
+    model.load_state_dict(ref_model.state_dict())
+    tokens = torch.randint(0, 256, (2, 97), device="cuda")
+    losses = []
+    for m in (ref_model, model):
+        loss = m(tokens[:, :-1], tokens[:, 1:])
+        loss.backward()
+        losses.append(loss.detach())
+    assert rel_err(losses[1], losses[0].to(F64)) < 1e-5
+    for (name, p_ref), p in zip(ref_model.named_parameters(), model.parameters()):
+        assert rel_err(p.grad, p_ref.grad.to(F64)) < 1e-4, name
