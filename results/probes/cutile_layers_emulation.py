@@ -1,0 +1,99 @@
+"""The cuTile conv and gated RMSNorm kernels' loop arithmetic (tiles, shifts, out-of-range rows read as zero,
+partial tiles) emulated in float64 with PyTorch on the CPU, against autograd through the references
+exits with
+an error past 1e-12. `python results/probes/cutile_layers_emulation.py`"""
+
+import torch
+
+from lightning_modules.model.layers import causal_conv1d_silu, rms_norm
+
+F64 = torch.float64
+
+
+def gather_rows(x, t):  # x (b, l, c), t (T,) token indices -> (b, T, c), zero outside [0, l)
+    ok = (t >= 0) & (t < x.shape[1])
+    out = x[:, t.clamp(0, x.shape[1] - 1)]
+    return out * ok[None, :, None]
+
+
+def conv_fwd(x, w, bias, T):
+    l, K = x.shape[1], w.shape[1]
+    y = torch.zeros_like(x)
+    for t0 in range(0, l, T):
+        t = torch.arange(t0, t0 + T)
+        v = bias[None, None, :] + sum(w[:, j] * gather_rows(x, t - (K - 1) + j) for j in range(K))
+        out = v / (1 + torch.exp(-v))
+        n = min(T, l - t0)
+        y[:, t0 : t0 + n] = out[:, :n]
+    return y
+
+
+def conv_bwd(dy, x, w, bias, T):
+    b, l, c = x.shape
+    K = w.shape[1]
+    dx = torch.zeros_like(x)
+    dw = torch.zeros_like(w)
+    db = torch.zeros_like(bias)
+    for t0 in range(0, l, T):
+        t = torch.arange(t0, t0 + T)
+        acc = torch.zeros(b, T, c, dtype=F64)
+        for i in range(K):
+            m = K - 1 - i
+            v = bias + sum(w[:, j] * gather_rows(x, t + m - (K - 1) + j) for j in range(K))
+            s = 1 / (1 + torch.exp(-v))
+            gv = gather_rows(dy, t + m) * s * (1 + v * (1 - s))
+            acc = acc + w[:, K - 1 - m] * gv
+        n = min(T, l - t0)
+        dx[:, t0 : t0 + n] = acc[:, :n]
+        for j in range(K):
+            dw[:, j] += (gv * gather_rows(x, t - (K - 1) + j)).sum((0, 1))
+        db += gv.sum((0, 1))
+    return dx, dw, db
+
+
+def norm_fwd(x, w, z, G, eps):
+    N, d = x.shape
+    v = x * z / (1 + torch.exp(-z))
+    vg = v.reshape(N, d // G, G)
+    r = torch.rsqrt((vg * vg).sum(-1, keepdim=True) / G + eps)
+    return (vg * r).reshape(N, d) * w, r[..., 0]
+
+
+def norm_bwd(g, x, w, z, r, G):
+    N, d = x.shape
+    rr = r.repeat_interleave(G, dim=1)
+    s = 1 / (1 + torch.exp(-z))
+    v = x * z * s
+    dot = (g * w * v * rr).reshape(N, d // G, G).sum(-1, keepdim=True)
+    mean = (dot / G).expand(N, d // G, G).reshape(N, d)
+    n = v * rr
+    dv = rr * (g * w - n * mean)
+    return dv * z * s, dv * x * s * (1 + z * (1 - s)), (g * n).sum(0)
+
+
+torch.manual_seed(0)
+for b, l, c, K, T in ((2, 37, 12, 4, 16), (1, 3, 5, 4, 16), (2, 70, 8, 3, 32), (1, 65, 7, 2, 16)):
+    x = torch.randn(b, l, c, dtype=F64, requires_grad=True)
+    w = torch.randn(c, K, dtype=F64, requires_grad=True)
+    bias = torch.randn(c, dtype=F64, requires_grad=True)
+    dy = torch.randn(b, l, c, dtype=F64)
+    ref = causal_conv1d_silu(x, w, bias)
+    want = torch.autograd.grad(ref, (x, w, bias), dy)
+    got_y = conv_fwd(x.detach(), w.detach(), bias.detach(), T)
+    got = conv_bwd(dy, x.detach(), w.detach(), bias.detach(), T)
+    errs = [((a - r).norm() / r.norm()).item() for a, r in zip((got_y, *got), (ref, *want))]
+    print("conv", (b, l, c, K, T), " ".join(f"{e:.1e}" for e in errs))
+    assert max(errs) < 1e-12
+for N, d, G in ((37, 256, 64), (5, 1536, 768), (300, 48, 48)):
+    x = torch.randn(N, d, dtype=F64, requires_grad=True)
+    z = torch.randn(N, d, dtype=F64, requires_grad=True)
+    w = torch.randn(d, dtype=F64, requires_grad=True)
+    g = torch.randn(N, d, dtype=F64)
+    ref = rms_norm(x, w, 1e-5, z, G)
+    want = torch.autograd.grad(ref, (x, z, w), g)
+    out, r = norm_fwd(x.detach(), w.detach(), z.detach(), G, 1e-5)
+    got = norm_bwd(g, x.detach(), w.detach(), z.detach(), r, G)
+    errs = [((a - rf).norm() / rf.norm()).item() for a, rf in zip((out, *got), (ref, *want))]
+    print("norm", (N, d, G), " ".join(f"{e:.1e}" for e in errs))
+    assert max(errs) < 1e-12
+print("ok")
