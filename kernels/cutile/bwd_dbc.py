@@ -10,8 +10,9 @@ and per head stores da_inter_j = Σ_{t>=j} q_t + exp(G_end) <Ĝ, S>, q_t = C_t �
 After the heads: dC += dCB_Σ B and dB += dCB_Σᵀ C, two more products (C·Bᵀ is shared by the group).
 Splitting the state columns over programs shrinks each program's accumulators and state tiles; dCB_Σ is
 then recomputed per block (it needs no state), and da_inter, a sum over the state columns, is written
-per block and summed on the host. With bf16 inputs the two per-head products take S and Ĝ in bf16
-(BF16_MMA, as mamba_ssm does), TF32 otherwise; <Ĝ, S> and every accumulator stay fp32.
+per block and summed on the host. With bf16 inputs (BF16_MMA, as mamba_ssm does) the two per-head products
+take S and Ĝ in bf16, and the two after the heads dCB_Σ in bf16 with B and C as loaded; TF32 otherwise; <Ĝ, S>
+and every accumulator stay fp32.
 S and Ĝ arrive in bf16 with bf16 inputs (fwd_pass_state and bwd_pass_state store them so), in float32
 otherwise. The bf16 products take bf16 tiles as loaded (astype to a tile's own dtype is no operation); <Ĝ, S>
 widens both tiles to fp32 before the product and the sum (bf16 tiles would multiply and reduce in bf16), so it
@@ -99,9 +100,14 @@ def bwd_dbc_kernel(
         db_acc = db_acc + into_state * (ct.exp(g_end - g) * d)
         da = ct.cumsum(q, axis=0, reverse=True) + passing
         ct.store(da_inter, index=(ni, bi, hi, k), tile=da.reshape((1, 1, 1, Q)))
-    dcb_tf = dcb.astype(TF)
-    dc_acc = ct.mma(dcb_tf, bk.astype(TF), dc_acc)
-    db_acc = ct.mma(ct.transpose(dcb_tf), ck.astype(TF), db_acc)
+    if BF16_MMA:  # dCB_Σ rounded to bf16, B and C bf16 as loaded
+        dcb_bf = dcb.astype(ct.bfloat16)
+        dc_acc = ct.mma(dcb_bf, bk, dc_acc)
+        db_acc = ct.mma(ct.transpose(dcb_bf), ck, db_acc)
+    else:
+        dcb_tf = dcb.astype(TF)
+        dc_acc = ct.mma(dcb_tf, bk.astype(TF), dc_acc)
+        db_acc = ct.mma(ct.transpose(dcb_tf), ck.astype(TF), db_acc)
     ct.store(dC, index=(bi, k, gi, ni), tile=dc_acc.astype(dC.dtype).reshape((1, Q, 1, TILE_N)))
     ct.store(dB, index=(bi, k, gi, ni), tile=db_acc.astype(dB.dtype).reshape((1, Q, 1, TILE_N)))
 

@@ -7,9 +7,9 @@ per (batch·head, chunk) holds the whole chunk (Q tokens, all of p and n) in reg
     dx  = dt ∘ dx̃ + D dy;   ddt_dir = rows of x ∘ dx̃;   r = dt ∘ rows of x ∘ (e ∘ B Ĝᵀ)
     R   = (dy xᵀ) ∘ L ∘ dt_s ∘ CB
     da_intra_j = Σ_{t>=j} Σ_{s<j} R[t, s] + Σ_{s<j} r_s        (stable: nothing summed is later subtracted)
-Products of raw inputs run on the input dtype (TF32 for float32 inputs); K enters its product in TF32, and
-Ĝ in bf16 when the inputs are bf16 (BF16_MMA, as mamba_ssm does; bwd_pass_state then stores it in bf16, and
-it enters the product as loaded), TF32 otherwise; everything summed accumulates in fp32.
+Products of raw inputs run on the input dtype (TF32 for float32 inputs); K and Ĝ enter their products in bf16
+when the inputs are bf16 (BF16_MMA, as mamba_ssm does: K rounded from fp32, dy as loaded; bwd_pass_state then
+stores Ĝ in bf16, and it enters the product as loaded), TF32 otherwise; everything summed accumulates in fp32.
 With bf16 inputs G arrives in log2 units (dA_cumsum·log2(e), scaled by the host) for exp2: scaling the loaded
 tile in the kernel cost 20% at the training step's shape. Other dtypes scale it in the kernel: with fp32
 inputs at head dim 64 the host-scaled form hangs on the GPU (cuda-tile 1.7.0, H200, occupancy 1 and 2 with
@@ -90,7 +90,10 @@ def bwd_dx_kernel(
         dxt = ct.mma(bk.astype(TF), ct.transpose(grad.astype(TF)), ct.zeros((Q, TILE_P), dtype=ct.float32))
     dxt = dxt * ct.exp2(g_end - g)
     r = d * ct.sum(x32 * dxt, axis=1, keepdims=True)  # (Q, 1)
-    dxt = ct.mma(kt.astype(TF), dyk.astype(TF), dxt)
+    if BF16_MMA:  # K rounded to bf16, dy bf16 as loaded
+        dxt = ct.mma(kt.astype(ct.bfloat16), dyk, dxt)
+    else:
+        dxt = ct.mma(kt.astype(TF), dyk.astype(TF), dxt)
     out = d * dxt
     if HAS_D:
         out = out + ct.load(D, index=(hi,), shape=(1,)).reshape((1, 1)) * dy32
