@@ -3,12 +3,22 @@
 
     python scripts/kernel_resources.py --cuobjdump PATH/cuobjdump [--arch sm_90] [--only bwd_dx]
     python scripts/kernel_resources.py --cuobjdump PATH/cuobjdump --only bwd_dbc --hints num_worker_warps=8
+    python scripts/kernel_resources.py --cuobjdump PATH/cuobjdump --launched NAME [--file VARIANT.py]
+
+aot.py's signatures assume nothing of strides, sizes or alignment. A launch specializes on what its tensors
+give (strides and sizes divisible by 8 or 16, 16-byte base addresses, 32-bit indices), and that build can
+differ: more shared memory, other spills. --launched takes a kernel name as a GPU profile shows it (the
+mangled name encodes the launch's signature) and compiles that specialization, from the production module
+whose kernel has that name or from --file, a changed copy of it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import io
+import pkgutil
 import re
 import subprocess
 import sys
@@ -16,6 +26,7 @@ import tempfile
 
 from cuda.tile import compilation as ctc
 
+from kernels import cutile
 from kernels.cutile import aot
 
 
@@ -31,6 +42,25 @@ def resources(kernel: object, signature: ctc.KernelSignature, arch: str, cuobjdu
     return found.group(0) if found else out.strip()
 
 
+def launched(name: str, path: str | None) -> tuple[str, object, ctc.KernelSignature]:
+    """(label, kernel, signature) of the specialization a profile's kernel name encodes; the kernel from `path`, or
+    from the kernels/cutile module defining it."""
+    function, signature = ctc.demangle_kernel_name(name)
+    if path is not None:
+        spec = importlib.util.spec_from_file_location(f"variant_{abs(hash(path))}", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up
+        spec.loader.exec_module(module)
+        modules = [module]
+    else:
+        modules = [importlib.import_module(f"kernels.cutile.{m.name}") for m in pkgutil.iter_modules(cutile.__path__)]
+    for module in modules:
+        if hasattr(module, function):
+            constants = [p.value for p in signature.parameters if isinstance(p, ctc.ConstantConstraint)]
+            return f"{function}{constants}", getattr(module, function), signature
+    raise SystemExit(f"kernel_resources: no kernel {function} in {path or 'kernels/cutile'}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cuobjdump", required=True, help="path of the cuobjdump binary")
@@ -42,9 +72,12 @@ def main(argv: list[str] | None = None) -> int:
         help="kernel hints to apply, e.g. occupancy=2,num_worker_warps=8 (without: the kernel's own, no occupancy "
         "hint; the launches add their configuration's hints)",
     )
+    ap.add_argument("--launched", default=None, help="a kernel name from a GPU profile (mangled): that specialization")
+    ap.add_argument("--file", default=None, help="with --launched: take the kernel from this changed module copy")
     args = ap.parse_args(argv)
     hints = {k: int(v) for k, v in (h.split("=") for h in args.hints.split(",") if h)}
-    for label, kernel, signature in aot.every_signature():
+    cases = [launched(args.launched, args.file)] if args.launched else aot.every_signature()
+    for label, kernel, signature in cases:
         if args.only in label:
             kernel = kernel.replace_hints(**hints) if hints else kernel
             print(f"{label:60s} {resources(kernel, signature, args.arch, args.cuobjdump)}", flush=True)

@@ -1,7 +1,7 @@
 """The cuTile conv and gated RMSNorm kernels' loop arithmetic (tiles, shifts, out-of-range rows read as zero,
-partial tiles) emulated in float64 with PyTorch on the CPU, against autograd through the references
-exits with
-an error past 1e-12. `python results/probes/cutile_layers_emulation.py`"""
+partial tiles), and that of the conv's two-pass backward variant (results/variants/causal_conv_two_pass.patch),
+emulated in float64 with PyTorch on the CPU against autograd through the references; exits with an error past
+1e-12. `python results/probes/cutile_layers_emulation.py`"""
 
 import torch
 
@@ -51,6 +51,33 @@ def conv_bwd(dy, x, w, bias, T):
     return dx, dw, db
 
 
+def conv_bwd_two_pass(dy, x, w, bias, T, T_dx):
+    """results/variants/causal_conv_two_pass.patch: gv in one pass (tiles of T tokens, with dw and dbias), then dx
+    from shifted rows of gv (tiles of T_dx tokens)."""
+    l = x.shape[1]
+    K = w.shape[1]
+    gv_all = torch.zeros_like(x)
+    dw = torch.zeros_like(w)
+    db = torch.zeros_like(bias)
+    for t0 in range(0, l, T):
+        t = torch.arange(t0, t0 + T)
+        v = bias + sum(w[:, j] * gather_rows(x, t - (K - 1) + j) for j in range(K))
+        s = 1 / (1 + torch.exp(-v))
+        gv = gather_rows(dy, t) * s * (1 + v * (1 - s))
+        n = min(T, l - t0)
+        gv_all[:, t0 : t0 + n] = gv[:, :n]
+        for j in range(K):
+            dw[:, j] += (gv * gather_rows(x, t - (K - 1) + j)).sum((0, 1))
+        db += gv.sum((0, 1))
+    dx = torch.zeros_like(x)
+    for t0 in range(0, l, T_dx):
+        t = torch.arange(t0, t0 + T_dx)
+        acc = sum(w[:, K - 1 - m] * gather_rows(gv_all, t + m) for m in range(K))
+        n = min(T_dx, l - t0)
+        dx[:, t0 : t0 + n] = acc[:, :n]
+    return dx, dw, db
+
+
 def norm_fwd(x, w, z, G, eps):
     N, d = x.shape
     v = x * z / (1 + torch.exp(-z))
@@ -80,10 +107,13 @@ for b, l, c, K, T in ((2, 37, 12, 4, 16), (1, 3, 5, 4, 16), (2, 70, 8, 3, 32), (
     ref = causal_conv1d_silu(x, w, bias)
     want = torch.autograd.grad(ref, (x, w, bias), dy)
     got_y = conv_fwd(x.detach(), w.detach(), bias.detach(), T)
-    got = conv_bwd(dy, x.detach(), w.detach(), bias.detach(), T)
-    errs = [((a - r).norm() / r.norm()).item() for a, r in zip((got_y, *got), (ref, *want))]
-    print("conv", (b, l, c, K, T), " ".join(f"{e:.1e}" for e in errs))
-    assert max(errs) < 1e-12
+    for name, got in (
+        ("conv", conv_bwd(dy, x.detach(), w.detach(), bias.detach(), T)),
+        ("conv two-pass", conv_bwd_two_pass(dy, x.detach(), w.detach(), bias.detach(), T, 2 * T)),
+    ):
+        errs = [((a - r).norm() / r.norm()).item() for a, r in zip((got_y, *got), (ref, *want))]
+        print(name, (b, l, c, K, T), " ".join(f"{e:.1e}" for e in errs))
+        assert max(errs) < 1e-12
 for N, d, G in ((37, 256, 64), (5, 1536, 768), (300, 48, 48)):
     x = torch.randn(N, d, dtype=F64, requires_grad=True)
     z = torch.randn(N, d, dtype=F64, requires_grad=True)

@@ -1,0 +1,48 @@
+"""scripts/kernel_resources.py --launched, on the CPU: a kernel name as a GPU profile shows it gives back that
+launch's specialization, from the production module or from a changed copy (compiling it needs cuobjdump and
+runs in the AOT test's way; here only the lookup)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from cuda.tile import compilation as ctc
+
+from kernels.cutile import causal_conv
+from scripts import kernel_resources
+
+# conv_bwd_kernel as the medium model's compiled step launched it (results/step_h200_layers_quick.json's profile)
+LAUNCHED = (
+    "conv_bwd_kernel_Kt1_A3bf16_3v8l0_4t1_6i16_p16_A2f32_1i16v4l0_2t1_p16_A1f32_1i16t1_p16_A3bf16_3v8l0_4t1_6i16_p16"
+    "_A3bf16_3v8l0_4t1_6i16_p16_A4f32_6i16_7v4l0_8t1_p16_A3f32_3v4l0_4t1_6i16_p16_I4_I16_I256_B1"
+)
+
+
+def test_a_launched_name_gives_its_kernel_and_signature():
+    label, kernel, signature = kernel_resources.launched(LAUNCHED, None)
+    assert label == "conv_bwd_kernel[4, 16, 256, True]"
+    assert kernel is causal_conv.conv_bwd_kernel
+    x = signature.parameters[0]
+    assert isinstance(x, ctc.ArrayConstraint) and x.stride_divisible_by == (8, 8, 1) and x.base_addr_divisible_by == 16
+
+
+def test_a_launched_name_from_a_changed_copy(tmp_path):
+    copy = tmp_path / "causal_conv_copy.py"
+    copy.write_text(Path(causal_conv.__file__).read_text() + "\nMARK = 1\n")
+    _, kernel, _ = kernel_resources.launched(LAUNCHED, str(copy))
+    assert kernel is not causal_conv.conv_bwd_kernel
+    assert (
+        next(
+            m
+            for name, m in sys.modules.items()
+            if name.startswith("variant_") and getattr(m, "conv_bwd_kernel", None) is kernel
+        ).MARK
+        == 1
+    )
+
+
+def test_an_unknown_kernel_is_one_clear_error():
+    with pytest.raises(SystemExit, match="no kernel nope_kernel in kernels/cutile"):
+        kernel_resources.launched("nope_kernel_Kt1_I4", None)

@@ -1,0 +1,55 @@
+"""scripts/probe_layer.py's check, on the CPU: a module computing the layer right passes, one that is wrong in
+a single gradient fails, and variant files load without their torch.library registrations."""
+
+from __future__ import annotations
+
+import types
+
+import torch
+
+from lightning_modules.model.layers import causal_conv1d_silu, rms_norm
+from scripts import probe_layer
+
+
+def autograd_module(layer: str, scale_last_grad: float = 1.0) -> types.ModuleType:
+    """A stand-in for a kernel module: host functions computed by autograd through the PyTorch layer in float32,
+    the last gradient scaled by `scale_last_grad`."""
+
+    def grads(fn, args, dy):
+        leaves = [a.detach().float().requires_grad_() for a in args]
+        out = fn(*leaves)
+        got = list(torch.autograd.grad(out, leaves, dy.float()))
+        got[-1] = got[-1] * scale_last_grad
+        return out.detach(), got
+
+    if layer == "conv":
+        return types.SimpleNamespace(
+            conv_fwd=lambda x, w, b: causal_conv1d_silu(x.float(), w, b),
+            conv_bwd=lambda dy, x, w, b: tuple(grads(causal_conv1d_silu, (x, w, b), dy)[1]),
+        )
+    eps, group = probe_layer.EPS, probe_layer.D_INNER
+
+    def norm(x, z, w):
+        return rms_norm(x, w, eps, z, group)
+
+    return types.SimpleNamespace(
+        norm_fwd=lambda x, w, e, z, g, dtype: (norm(x.float(), z.float(), w), None),
+        norm_bwd=lambda dy, x, w, z, rstd, g: tuple(grads(norm, (x, z, w), dy)[1]),
+    )
+
+
+def test_max_error_tells_a_right_module_from_a_wrong_one():
+    for layer in ("conv", "norm"):
+        right = probe_layer.max_error(layer, autograd_module(layer), torch.float32, device="cpu")
+        wrong = probe_layer.max_error(layer, autograd_module(layer, 1.01), torch.float32, device="cpu")
+        assert right < 1e-5 and wrong > 5e-3, (layer, right, wrong)
+
+
+def test_variant_files_load_without_their_op_registrations(tmp_path):
+    for layer, name in probe_layer.LAYERS.items():
+        source = (probe_layer.Path(__file__).parent.parent / "kernels" / "cutile" / f"{name}.py").read_text()
+        path = tmp_path / f"{name}_copy.py"
+        path.write_text(source)  # registering its ops again would raise: the names are taken
+        module = probe_layer.load(layer, str(path))
+        assert module.__name__ == f"probe_{name}_copy"
+        assert not hasattr(module, "_backward") and callable(getattr(module, f"{layer}_fwd"))
