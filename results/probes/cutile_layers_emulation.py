@@ -1,5 +1,5 @@
 """The cuTile conv and gated RMSNorm kernels' loop arithmetic (tiles, shifts, out-of-range rows read as zero,
-partial tiles), and that of the conv's two-pass backward variant (results/variants/causal_conv_two_pass.patch),
+partial tiles), and that of the variants results/variants/causal_conv_two_pass.patch and rms_norm_one_pass.patch,
 emulated in float64 with PyTorch on the CPU against autograd through the references; exits with an error past
 1e-12. `python results/probes/cutile_layers_emulation.py`"""
 
@@ -86,6 +86,47 @@ def norm_fwd(x, w, z, G, eps):
     return (vg * r).reshape(N, d) * w, r[..., 0]
 
 
+def norm_one_pass(g, x, w, z, G, eps, T, steps):
+    """results/variants/rms_norm_one_pass.patch: each group's row padded with zero columns to the power of two
+    TILE_G, one pass per tile of T rows (forward), the backward's programs walking `steps` row tiles (the last
+    one fewer) with dw summed per program. -> out, dx, dz, dw."""
+    N, d = x.shape
+    TG = 1 << (G - 1).bit_length()
+
+    def padded(t):  # (N, d) -> (N, groups, TG), zeros past G
+        return torch.nn.functional.pad(t.reshape(N, d // G, G), (0, TG - G))
+
+    xp, zp, gp = padded(x), padded(z), padded(g)
+    wp = torch.nn.functional.pad(w.reshape(d // G, G), (0, TG - G))
+    out, dx, dz = torch.zeros_like(xp), torch.zeros_like(xp), torch.zeros_like(xp)
+    r_all = torch.zeros(N, d // G, 1, dtype=F64)
+    for t0 in range(0, N, T):  # forward programs
+        xv, zv = xp[t0 : t0 + T], zp[t0 : t0 + T]
+        v = xv * zv / (1 + torch.exp(-zv))
+        r = torch.rsqrt((v * v).sum(-1, keepdim=True) / G + eps)
+        r_all[t0 : t0 + T] = r
+        out[t0 : t0 + T] = v * r * wp
+    tiles = -(-N // T)
+    dw_parts = []
+    for p0 in range(0, tiles, steps):  # backward programs
+        dw = torch.zeros_like(wp)
+        for ti in range(p0, min(p0 + steps, tiles)):
+            rows = slice(ti * T, ti * T + T)
+            xv, zv, gv, r = xp[rows], zp[rows], gp[rows], r_all[rows]
+            s = 1 / (1 + torch.exp(-zv))
+            n = xv * zv * s * r
+            mean = (gv * wp * n).sum(-1, keepdim=True) / G
+            dv = r * (gv * wp - n * mean)
+            dw = dw + (gv * n).sum(0)
+            dx[rows], dz[rows] = dv * zv * s, dv * xv * s * (1 + zv * (1 - s))
+        dw_parts.append(dw)
+
+    def unpadded(t):
+        return t[..., :G].reshape(N, d)
+
+    return unpadded(out), unpadded(dx), unpadded(dz), sum(dw_parts)[:, :G].reshape(d)
+
+
 def norm_bwd(g, x, w, z, r, G):
     N, d = x.shape
     rr = r.repeat_interleave(G, dim=1)
@@ -126,4 +167,9 @@ for N, d, G in ((37, 256, 64), (5, 1536, 768), (300, 48, 48)):
     errs = [((a - rf).norm() / rf.norm()).item() for a, rf in zip((out, *got), (ref, *want))]
     print("norm", (N, d, G), " ".join(f"{e:.1e}" for e in errs))
     assert max(errs) < 1e-12
+    for T, steps in ((1, 4), (2, 3), (4, 16)):
+        got = norm_one_pass(g, x.detach(), w.detach(), z.detach(), G, 1e-5, T, steps)
+        errs = [((a - rf).norm() / rf.norm()).item() for a, rf in zip(got, (ref, *want))]
+        print("norm one-pass", (N, d, G, T, steps), " ".join(f"{e:.1e}" for e in errs))
+        assert max(errs) < 1e-12
 print("ok")
