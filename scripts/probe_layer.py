@@ -9,14 +9,15 @@ channels with k 4 on a strided view of a (b, l, 3352) in_proj output, as the mod
     python scripts/probe_layer.py norm /tmp/rms_norm_v2.py
 
 A variant file is a changed copy of kernels/cutile/causal_conv.py or kernels/cutile/rms_norm.py. It is loaded
-without its torch.library registrations (the production module holds those names): the probe calls the host
-functions, conv_fwd and conv_bwd or norm_fwd and norm_bwd. Each file gets its own tuning cache, so with --sweep
-each is tuned afresh and without it each launches its defaults.
+without its torch.library registrations, so that the op names keep the production module's functions; the
+probe calls the host functions, conv_fwd and conv_bwd or norm_fwd and norm_bwd. Each file gets its own tuning
+cache, so with --sweep each is tuned afresh and without it each launches its defaults.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 import tempfile
@@ -40,10 +41,11 @@ EPS = 1e-5
 
 
 def load(layer: str, path: str | None) -> types.ModuleType:
-    """The production module of `layer`, or a variant file of it without its torch.library registrations."""
+    """The production module of `layer`, or a variant file of it without its torch.library registrations (the
+    source from its first custom op on is left out)."""
     name = LAYERS[layer]
     if path is None:
-        return __import__(f"kernels.cutile.{name}", fromlist=[name])
+        return importlib.import_module(f"kernels.cutile.{name}")
     source = Path(path).read_text()
     cut = source.find("@torch.library.custom_op")
     module = types.ModuleType(f"probe_{Path(path).stem}")

@@ -1,5 +1,6 @@
 """scripts/probe_layer.py's check, on the CPU: a module computing the layer right passes, one that is wrong in
-a single gradient fails, and variant files load without their torch.library registrations."""
+a single gradient fails, and variant files load without their torch.library registrations (no autograd
+registration, so the production op names keep their functions)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def test_variant_files_load_without_their_op_registrations(tmp_path):
     for layer, name in probe_layer.LAYERS.items():
         source = (probe_layer.Path(__file__).parent.parent / "kernels" / "cutile" / f"{name}.py").read_text()
         path = tmp_path / f"{name}_copy.py"
-        path.write_text(source)  # registering its ops again would raise: the names are taken
+        path.write_text(source)
         module = probe_layer.load(layer, str(path))
         assert module.__name__ == f"probe_{name}_copy"
         assert not hasattr(module, "_backward") and callable(getattr(module, f"{layer}_fwd"))
