@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 import tempfile
 import types
@@ -118,9 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"kernels.cutile.{LAYERS[args.layer]}, b {B} l {L}, bf16 (errors: bf16 and fp32 against float64)", flush=True)
     scratch = Path(tempfile.mkdtemp(prefix="probe_layer_"))
     if args.sweep:
-        logging.basicConfig(format="%(message)s")
-        logging.getLogger("kernels.cutile.tuning").setLevel(logging.INFO)
-        kernels.set_autotune(True)
+        tuning.sweep_verbosely()
     for i, path in enumerate([None, *args.variants]):
         module = load(args.layer, path)
         tuning.set_cache_path(scratch / f"tuning{i}.json")  # a fresh cache per file: nothing reused across files

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import itertools
-import logging
 import sys
 import tempfile
 from collections.abc import Callable
@@ -33,7 +32,6 @@ from pathlib import Path
 
 import torch
 
-import kernels
 from kernels import reference
 from kernels import reference_backward as ref_bwd
 from kernels.cutile import tuning
@@ -131,9 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"kernels.cutile.{args.stage}, {args.shape} shape {dims} p 64 g 1 n 128 bf16", flush=True)
     scratch = Path(tempfile.mkdtemp(prefix="probe_stage_"))
     if args.sweep:
-        logging.basicConfig(format="%(message)s")
-        logging.getLogger("kernels.cutile.tuning").setLevel(logging.INFO)
-        kernels.set_autotune(True)
+        tuning.sweep_verbosely()
     for i, path in enumerate([None, *args.variants]):
         fn = load(args.stage, path)
         for states, chunk in itertools.product(state_dtypes, (int(c) for c in args.chunks.split(","))):

@@ -49,6 +49,14 @@ def set_autotune(enabled: bool) -> None:
     _state["autotune"] = bool(enabled)
 
 
+def sweep_verbosely() -> None:
+    """Tune on first sight of a shape and print every configuration's time (this module's log at INFO, on
+    stderr): for probes that compare tune spaces."""
+    logging.basicConfig(format="%(message)s")
+    log.setLevel(logging.INFO)
+    set_autotune(True)
+
+
 def autotune_enabled() -> bool:
     return _state["autotune"]
 
