@@ -3,7 +3,7 @@
 
     python scripts/kernel_resources.py --cuobjdump PATH/cuobjdump [--arch sm_90] [--only bwd_dx]
     python scripts/kernel_resources.py --cuobjdump PATH/cuobjdump --only bwd_dbc --hints num_worker_warps=8
-    python scripts/kernel_resources.py --cuobjdump PATH/cuobjdump --launched NAME [--file VARIANT.py]
+    python scripts/kernel_resources.py --cuobjdump PATH/cuobjdump --launched NAME [--file VARIANT.py] [--sass]
 
 aot.py's signatures assume nothing of strides, sizes or alignment. A launch specializes on what its tensors
 give (strides and sizes divisible by 8 or 16, 16-byte base addresses, 32-bit indices), and that build can
@@ -23,23 +23,33 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 
 from cuda.tile import compilation as ctc
 
 from kernels import cutile
 from kernels.cutile import aot
 
+# the memory and special-function instructions --sass counts, with their modifiers (LDG.E.128, MUFU.EX2, ...)
+SASS_OPS = re.compile(r"\b((?:LDG|STG|LDS|STS|LDGSTS|UTMALDG|UTMASTG|MUFU)(?:\.\w+)*)")
 
-def resources(kernel: object, signature: ctc.KernelSignature, arch: str, cuobjdump: str) -> str:
-    """cuobjdump's REG/STACK/SHARED/LOCAL line for one specialization."""
+
+def resources(kernel: object, signature: ctc.KernelSignature, arch: str, cuobjdump: str, sass: bool = False) -> str:
+    """cuobjdump's REG/STACK/SHARED/LOCAL line for one specialization; with `sass`, then the count of each memory
+    and MUFU instruction in its SASS (cuobjdump -sass needs nvdisasm on PATH)."""
     cubin = io.BytesIO()
     ctc.export_kernel(kernel, [signature], cubin, gpu_code=arch, output_format="cubin")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin.getvalue())
         f.flush()
         out = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
-    found = re.search(r"REG:\d+ STACK:\d+ SHARED:\d+ LOCAL:\d+", out)
-    return found.group(0) if found else out.strip()
+        found = re.search(r"REG:\d+ STACK:\d+ SHARED:\d+ LOCAL:\d+", out)
+        line = found.group(0) if found else out.strip()
+        if sass:
+            code = subprocess.run([cuobjdump, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+            counts = Counter(SASS_OPS.findall(code))
+            line += "  " + " ".join(f"{op}x{n}" for op, n in counts.most_common())
+    return line
 
 
 def launched(name: str, path: str | None) -> tuple[str, object, ctc.KernelSignature]:
@@ -74,13 +84,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--launched", default=None, help="a kernel name from a GPU profile (mangled): that specialization")
     ap.add_argument("--file", default=None, help="with --launched: take the kernel from this changed module copy")
+    ap.add_argument(
+        "--sass",
+        action="store_true",
+        help="also count the memory and MUFU instructions (cuobjdump -sass: pip install nvidia-cuda-nvdisasm, "
+        "its nvdisasm on PATH)",
+    )
     args = ap.parse_args(argv)
     hints = {k: int(v) for k, v in (h.split("=") for h in args.hints.split(",") if h)}
     cases = [launched(args.launched, args.file)] if args.launched else aot.every_signature()
     for label, kernel, signature in cases:
         if args.only in label:
             kernel = kernel.replace_hints(**hints) if hints else kernel
-            print(f"{label:60s} {resources(kernel, signature, args.arch, args.cuobjdump)}", flush=True)
+            print(f"{label:60s} {resources(kernel, signature, args.arch, args.cuobjdump, args.sass)}", flush=True)
     return 0
 
 
