@@ -14,7 +14,8 @@ clipping. Variants (--backends):
                             PyTorch ones (triton+conv+norm: both); subtraction pairs it with the standin of the same
 
 Warm-up steps (compilation, autotuning) are timed on their own, then steady-state steps alternate
-between variants. Per step (lightning_modules.measure.step): total, forward, backward and optimizer
+between variants; a variant that fails in warm-up is left out of the cell with its error recorded (and printed
+as one line), the others are measured. Per step (lightning_modules.measure.step): total, forward, backward and optimizer
 time, the SSD's own forward and backward time inside it (eager only: compiled graphs have no SSD
 marks), tokens/s, peak memory (the process's, every variant resident, and own_peak_gib: the variant's
 parameters, gradients and optimizer state plus what its step allocated above the step's start, i.e. its
@@ -120,7 +121,17 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
     cfg = first.config
     kernels.set_autotune(first.hparams.cutile_autotune if args.autotune is None else args.autotune)
     batches = token_batches(cfg.vocab_size, batch, seqlen, 0, device)
-    warmup = warm_up(steps, batches, args.warmup, device)  # compilation and autotuning, timed apart
+    warmup, failed = {}, {}
+    for label in list(steps):  # compilation and autotuning, timed apart; a variant failing here loses its row only
+        try:
+            warmup |= warm_up({label: steps[label]}, batches, args.warmup, device)
+        except Exception as e:
+            failed[label] = f"{type(e).__name__}: {e}"
+            print(f"FAILED {name} L={seqlen} {label}: {failed[label]}", flush=True)
+            del steps[label]
+    if not steps:
+        raise RuntimeError("every variant failed in warm-up: " + "; ".join(f"{k}: {v}" for k, v in failed.items()))
+    labels = [label for label in labels if label in steps]
 
     def loop(timed: bool) -> tuple[float, dict[str, list]]:
         """All variants, alternating step by step; ms of the whole loop, marks."""
@@ -192,7 +203,9 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
             f"timer cost {rec['timer_cost']:+.1%}",
             flush=True,
         )
-    return records
+    mode_fields = {"mode": "compile" if compile_model else "eager"} | ({"compile_mode": mode} if compile_model else {})
+    failures = [{"size": name, "seqlen": seqlen, "variant": k, **mode_fields, "error": v} for k, v in failed.items()]
+    return records + failures
 
 
 def parse_run_arguments(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:

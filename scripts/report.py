@@ -485,7 +485,7 @@ def step_section(series: list[list[dict]], spool: Pool, base: str) -> str:
     configs = {r["size"]: model_config(r) for run in runs for r in run["records"] if "config" in r}
     per_size, fixed = varying(configs.values()) if configs else ([], {})
     errors = ordered(
-        f"{r['size']} L {r['seqlen']} {step_mode(r)}: {r['error']}"
+        f"{r['size']} L {r['seqlen']} {step_mode(r)}{' ' + r['variant'] if 'variant' in r else ''}: {r['error']}"
         for run in runs
         for r in run["records"]
         if "error" in r

@@ -212,3 +212,24 @@ def test_gpu_check_names_the_stuck_test_and_where_it_waits(tmp_path):
     assert "gpu_check:  1 PASSED no outcome 1" in done.stdout
     report = done.stdout.split("gpu_check: job0 timed out in tests/test_stuck.py::test_stuck\n", 1)[1]
     assert 'test_stuck.py", line 12 in test_stuck' in report.splitlines()[0]
+
+
+def test_bench_step_keeps_the_other_rows_when_a_variant_fails(tmp_path, monkeypatch, capsys):
+    """A variant failing in warm-up (here the stand-in SSD raising) costs its row, recorded with its error and
+    printed as one line; the other variants of the cell are measured."""
+    sys.path.insert(0, str(ROOT))
+    from scripts import bench_step
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("stand-in broken on purpose")
+
+    monkeypatch.setattr(bench_step, "ssd_standin", broken)
+    out = tmp_path / "s.json"
+    argv = ["--configs", "tiny", "--seqlens", "64", "--tokens_per_step", "128", "--backends", "torch,standin"]
+    assert bench_step.main([*argv, "--modes", "eager", "--steps", "1", "--warmup", "1", "--out", str(out)]) == 0
+    records = json.loads(out.read_text())["records"]
+    assert [r["variant"] for r in records if "error" not in r] == ["torch"]
+    (failed,) = [r for r in records if "error" in r]
+    assert failed["variant"] == "standin" and "stand-in broken on purpose" in failed["error"]
+    assert failed["mode"] == "eager" and failed["size"] == "tiny"
+    assert "FAILED tiny L=64 standin: RuntimeError: stand-in broken on purpose" in capsys.readouterr().out
