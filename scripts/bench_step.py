@@ -128,7 +128,7 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
         except Exception as e:
             failed[label] = f"{type(e).__name__}: {e}"
             print(f"FAILED {name} L={seqlen} {label}: {failed[label]}", flush=True)
-            del steps[label]
+            del steps[label], modules[label]  # its memory does not stay resident beside the others
     if not steps:
         raise RuntimeError("every variant failed in warm-up: " + "; ".join(f"{k}: {v}" for k, v in failed.items()))
     labels = [label for label in labels if label in steps]
