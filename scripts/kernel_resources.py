@@ -35,8 +35,8 @@ SASS_OPS = re.compile(r"\b((?:LDG|STG|LDS|STS|LDGSTS|UTMALDG|UTMASTG|MUFU)(?:\.\
 
 
 def resources(kernel: object, signature: ctc.KernelSignature, arch: str, cuobjdump: str, sass: bool = False) -> str:
-    """cuobjdump's REG/STACK/SHARED/LOCAL line for one specialization; with `sass`, then the count of each memory
-    and MUFU instruction in its SASS (cuobjdump -sass needs nvdisasm on PATH)."""
+    """cuobjdump's REG/STACK/SHARED/LOCAL line for one specialization; with `sass`, then its SASS's instruction
+    count and the count of each memory and MUFU instruction (cuobjdump -sass needs nvdisasm on PATH)."""
     cubin = io.BytesIO()
     ctc.export_kernel(kernel, [signature], cubin, gpu_code=arch, output_format="cubin")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -48,7 +48,8 @@ def resources(kernel: object, signature: ctc.KernelSignature, arch: str, cuobjdu
         if sass:
             code = subprocess.run([cuobjdump, "-sass", f.name], capture_output=True, text=True, check=True).stdout
             counts = Counter(SASS_OPS.findall(code))
-            line += "  " + " ".join(f"{op}x{n}" for op, n in counts.most_common())
+            total = len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s+\S", code, re.MULTILINE))
+            line += f"  {total} instructions: " + " ".join(f"{op}x{n}" for op, n in counts.most_common())
     return line
 
 
