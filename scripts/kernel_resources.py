@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import io
 import pkgutil
 import re
@@ -29,6 +28,7 @@ from cuda.tile import compilation as ctc
 
 from kernels import cutile
 from kernels.cutile import aot
+from kernels.cutile.variant import load_variant
 
 # the memory and special-function instructions --sass counts, with their modifiers (LDG.E.128, MUFU.EX2, ...)
 SASS_OPS = re.compile(r"\b((?:LDG|STG|LDS|STS|LDGSTS|UTMALDG|UTMASTG|MUFU)(?:\.\w+)*)")
@@ -58,11 +58,7 @@ def launched(name: str, path: str | None) -> tuple[str, object, ctc.KernelSignat
     from the kernels/cutile module defining it."""
     function, signature = ctc.demangle_kernel_name(name)
     if path is not None:
-        spec = importlib.util.spec_from_file_location(f"variant_{abs(hash(path))}", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up
-        spec.loader.exec_module(module)
-        modules = [module]
+        modules = [load_variant(path)]
     else:
         modules = [importlib.import_module(f"kernels.cutile.{m.name}") for m in pkgutil.iter_modules(cutile.__path__)]
     for module in modules:

@@ -28,6 +28,7 @@ import torch
 
 import kernels
 from kernels.cutile import tuning
+from kernels.cutile.variant import load_variant
 from kernels.testing import rel_err
 from lightning_modules.measure.timing import gpu_kernel_ms
 from lightning_modules.model.layers import causal_conv1d_silu, rms_norm
@@ -45,13 +46,7 @@ def load(layer: str, path: str | None) -> types.ModuleType:
     name = LAYERS[layer]
     if path is None:
         return importlib.import_module(f"kernels.cutile.{name}")
-    source = Path(path).read_text()
-    cut = source.find("@torch.library.custom_op")
-    module = types.ModuleType(f"probe_{Path(path).stem}")
-    module.__file__ = path
-    sys.modules[module.__name__] = module  # dataclasses look their module up
-    exec(compile(source if cut < 0 else source[:cut], path, "exec"), module.__dict__)
-    return module
+    return load_variant(path, until="@torch.library.custom_op")
 
 
 def inputs(layer: str, dtype: torch.dtype, b: int, l: int, seed: int, device: str = "cuda") -> dict[str, torch.Tensor]:

@@ -23,7 +23,7 @@ dtype listed, one row per dtype; the fp32 check keeps float32 states, as fp32 in
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import itertools
 import sys
 import tempfile
@@ -35,6 +35,7 @@ import torch
 from kernels import reference
 from kernels import reference_backward as ref_bwd
 from kernels.cutile import tuning
+from kernels.cutile.variant import load_variant
 from kernels.testing import stage_inputs
 from lightning_modules.measure.timing import wall_ms
 
@@ -58,12 +59,7 @@ def load(stage: str, path: str | None) -> Callable:
     """The stage's host function from the production module, or from a variant file of it."""
     if path is None:
         return getattr(importlib.import_module(f"kernels.cutile.{stage}"), stage)
-    name = f"probe_{Path(path).stem}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return getattr(module, stage)
+    return getattr(load_variant(path), stage)
 
 
 def arguments(t: dict, names: tuple[str, ...], chunk: int, exact: bool, states: torch.dtype = torch.bfloat16) -> list:
