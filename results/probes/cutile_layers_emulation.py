@@ -16,38 +16,47 @@ def gather_rows(x, t):  # x (b, l, c), t (T,) token indices -> (b, T, c), zero o
     return out * ok[None, :, None]
 
 
+def preactivation(x, w, bias, t):  # v at tokens t: bias + Σ_j w[:, j] · x[t - (K - 1) + j]
+    K = w.shape[1]
+    return bias + sum(w[:, j] * gather_rows(x, t - (K - 1) + j) for j in range(K))
+
+
+def silu_grad(g, v):  # the gradient of SiLU(v) given g, its output's
+    s = 1 / (1 + torch.exp(-v))
+    return g * s * (1 + v * (1 - s))
+
+
+def add_weight_grads(dw, db, gv, x, t):  # a tile's share of dw and dbias, gv at tokens t
+    K = dw.shape[1]
+    for j in range(K):
+        dw[:, j] += (gv * gather_rows(x, t - (K - 1) + j)).sum((0, 1))
+    db += gv.sum((0, 1))
+
+
 def conv_fwd(x, w, bias, T):
-    l, K = x.shape[1], w.shape[1]
+    l = x.shape[1]
     y = torch.zeros_like(x)
     for t0 in range(0, l, T):
-        t = torch.arange(t0, t0 + T)
-        v = bias[None, None, :] + sum(w[:, j] * gather_rows(x, t - (K - 1) + j) for j in range(K))
-        out = v / (1 + torch.exp(-v))
+        v = preactivation(x, w, bias, torch.arange(t0, t0 + T))
         n = min(T, l - t0)
-        y[:, t0 : t0 + n] = out[:, :n]
+        y[:, t0 : t0 + n] = (v / (1 + torch.exp(-v)))[:, :n]
     return y
 
 
 def conv_bwd(dy, x, w, bias, T):
     b, l, c = x.shape
     K = w.shape[1]
-    dx = torch.zeros_like(x)
-    dw = torch.zeros_like(w)
-    db = torch.zeros_like(bias)
+    dx, dw, db = torch.zeros_like(x), torch.zeros_like(w), torch.zeros_like(bias)
     for t0 in range(0, l, T):
         t = torch.arange(t0, t0 + T)
         acc = torch.zeros(b, T, c, dtype=F64)
         for i in range(K):
             m = K - 1 - i
-            v = bias + sum(w[:, j] * gather_rows(x, t + m - (K - 1) + j) for j in range(K))
-            s = 1 / (1 + torch.exp(-v))
-            gv = gather_rows(dy, t + m) * s * (1 + v * (1 - s))
+            gv = silu_grad(gather_rows(dy, t + m), preactivation(x, w, bias, t + m))
             acc = acc + w[:, K - 1 - m] * gv
         n = min(T, l - t0)
         dx[:, t0 : t0 + n] = acc[:, :n]
-        for j in range(K):
-            dw[:, j] += (gv * gather_rows(x, t - (K - 1) + j)).sum((0, 1))
-        db += gv.sum((0, 1))
+        add_weight_grads(dw, db, gv, x, t)  # gv of the last shift, m = 0: this tile's own
     return dx, dw, db
 
 
@@ -56,19 +65,13 @@ def conv_bwd_two_pass(dy, x, w, bias, T, T_dx):
     from shifted rows of gv (tiles of T_dx tokens)."""
     l = x.shape[1]
     K = w.shape[1]
-    gv_all = torch.zeros_like(x)
-    dw = torch.zeros_like(w)
-    db = torch.zeros_like(bias)
+    gv_all, dw, db = torch.zeros_like(x), torch.zeros_like(w), torch.zeros_like(bias)
     for t0 in range(0, l, T):
         t = torch.arange(t0, t0 + T)
-        v = bias + sum(w[:, j] * gather_rows(x, t - (K - 1) + j) for j in range(K))
-        s = 1 / (1 + torch.exp(-v))
-        gv = gather_rows(dy, t) * s * (1 + v * (1 - s))
+        gv = silu_grad(gather_rows(dy, t), preactivation(x, w, bias, t))
         n = min(T, l - t0)
         gv_all[:, t0 : t0 + n] = gv[:, :n]
-        for j in range(K):
-            dw[:, j] += (gv * gather_rows(x, t - (K - 1) + j)).sum((0, 1))
-        db += gv.sum((0, 1))
+        add_weight_grads(dw, db, gv, x, t)
     dx = torch.zeros_like(x)
     for t0 in range(0, l, T_dx):
         t = torch.arange(t0, t0 + T_dx)
