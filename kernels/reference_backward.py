@@ -170,28 +170,32 @@ def bwd_dbc(
 
 def chunk_cumsum_bwd(
     ddt_dir: Tensor,
-    da: Tensor,
+    da_intra: Tensor,
+    da_inter: Tensor,
     dt_out: Tensor,
+    dt: Tensor,
     A: Tensor,
-    seqlen: int,
     dt_softplus: bool = False,
     dt_bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """The backward of stage 1: from ddt (direct) and da = dℒ/d(A dt) to the gradients of its inputs.
 
-    ddt = ddt_dir + A da;  dA = Σ dt da;  d dt = ddt · softplus'(u) = ddt (1 − exp(−dt)) with softplus.
+    da = da_intra + da_inter;  ddt = ddt_dir + A da;  dA = Σ dt da;
+    d dt = ddt · softplus'(u) = ddt (1 − exp(−dt)) with softplus.
 
     Args:
-        ddt_dir, da, dt_out: (b, h, c, Q).  A: (h,).  seqlen: l (tokens past it are padding).
+        ddt_dir, da_intra, da_inter, dt_out: (b, h, c, Q).  dt: (b, l, h) the forward's raw dt (tokens past l
+        are padding).  A: (h,).
     Returns:
         ddt: (b, l, h) gradient of the raw dt.  dA: (h,).  ddt_bias: (h,) or None when dt_bias is None.
     """
     b, h, c, Q = dt_out.shape
+    da = da_intra + da_inter
     ddt = ddt_dir + A.to(da.dtype)[None, :, None, None] * da
     dA = (dt_out * da).sum((0, 2, 3))  # one product and one reduction (an einsum here ran as a batched gemv)
     if dt_softplus:
         ddt = ddt * -torch.expm1(-dt_out)
-    ddt = ddt.reshape(b, h, c * Q)[..., :seqlen].transpose(1, 2)
+    ddt = ddt.reshape(b, h, c * Q)[..., : dt.shape[1]].transpose(1, 2)
     return ddt, dA, None if dt_bias is None else ddt.sum((0, 1))
 
 
@@ -203,6 +207,7 @@ class Passes(NamedTuple):
     bwd_pass_state: Callable
     bwd_dx: Callable
     bwd_dbc: Callable
+    chunk_cumsum_bwd: Callable
 
 
 def ssd_backward(
@@ -233,8 +238,8 @@ def ssd_backward(
     dstates, dinit = p.bwd_pass_state(dy, C, dA_cumsum, dfinal_state)
     dx, ddt_dir, da_intra, dD = p.bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D)
     dB, dC, da_inter = p.bwd_dbc(x, dy, B, C, dt_out, dA_cumsum, chunk_states, dstates)
-    ddt, dA, dbias = chunk_cumsum_bwd(ddt_dir, da_intra + da_inter, dt_out, A, x.shape[1], dt_softplus, dt_bias)
+    ddt, dA, dbias = p.chunk_cumsum_bwd(ddt_dir, da_intra, da_inter, dt_out, dt, A, dt_softplus, dt_bias)
     return dx, ddt, dA, dB, dC, dD, dbias, None if initial_states is None else dinit
 
 
-REFERENCE = Passes(chunk_cumsum, fwd_pass_state, bwd_pass_state, bwd_dx, bwd_dbc)
+REFERENCE = Passes(chunk_cumsum, fwd_pass_state, bwd_pass_state, bwd_dx, bwd_dbc, chunk_cumsum_bwd)

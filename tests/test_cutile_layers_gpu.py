@@ -5,8 +5,6 @@ every configuration of both tune spaces; then under torch.compile, and inside th
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 import torch
 
@@ -69,11 +67,22 @@ def test_conv_against_float64(dtype, b, l, c, k, bias, strided):
     conv_check(*conv_inputs(b, l, c, k, dtype, bias, strided), TOL[dtype])
 
 
-@pytest.mark.parametrize("fwd,bwd", list(itertools.product(conv_fwd_space(), conv_bwd_space())))
+def every_one(first: list, second: list) -> list[tuple]:
+    """Pairs that take every configuration of both lists at least once (the shorter list cycles)."""
+    longer = max(len(first), len(second))
+    return [(first[i % len(first)], second[i % len(second)]) for i in range(longer)]
+
+
+@pytest.mark.parametrize("fwd,bwd", every_one(conv_fwd_space(), conv_bwd_space()))
 def test_conv_every_configuration(fwd, bwd):
-    with tuning.forced("conv_fwd", fwd) as fwd_launched, tuning.forced("conv_bwd", bwd) as bwd_launched:
+    """The backward's dx kernel (the forward's tile space) runs each forward configuration too."""
+    with (
+        tuning.forced("conv_fwd", fwd) as fwd_launched,
+        tuning.forced("conv_bwd", bwd) as bwd_launched,
+        tuning.forced("conv_bwd_dx", fwd) as dx_launched,
+    ):
         conv_check(*conv_inputs(2, 133, 300, 4, torch.bfloat16, seed=1), TOL[torch.bfloat16])
-    assert fwd_launched == [fwd] and bwd_launched == [bwd]
+    assert fwd_launched == [fwd] and bwd_launched == [bwd] and dx_launched == [fwd]
 
 
 def test_conv_long_sequence_stays_finite_and_accurate():
@@ -137,7 +146,7 @@ def test_norm_against_float64(dtype, rows, d, group, gated, strided):
     norm_check(*norm_inputs(rows, d, dtype, gated, strided), group, TOL[dtype])
 
 
-@pytest.mark.parametrize("fwd,bwd", list(itertools.product(norm_fwd_space(), norm_bwd_space())))
+@pytest.mark.parametrize("fwd,bwd", every_one(norm_fwd_space(), norm_bwd_space()))
 def test_norm_every_configuration(fwd, bwd):
     with tuning.forced("norm_fwd", fwd) as fwd_launched, tuning.forced("norm_bwd", bwd) as bwd_launched:
         norm_check(*norm_inputs((2, 45), 768, torch.bfloat16, seed=1), 384, TOL[torch.bfloat16])

@@ -17,7 +17,8 @@ from kernels.cutile import tuning
 from kernels.cutile.bwd_dbc import bwd_dbc, dbc_space
 from kernels.cutile.bwd_dx import bwd_dx, dx_space
 from kernels.cutile.bwd_pass_state import bwd_pass_state
-from kernels.cutile.chunk_cumsum import chunk_cumsum
+from kernels.cutile.chunk_cumsum import CumsumConfig, chunk_cumsum, search_space
+from kernels.cutile.chunk_cumsum_bwd import chunk_cumsum_bwd
 from kernels.cutile.compute_out import compute_out
 from kernels.cutile.fwd_pass_state import fwd_pass_state, states_dtype
 from kernels.testing import rel_err, stage_inputs
@@ -88,6 +89,52 @@ def test_backward_stages(dtype, chunk, p, n):
     assert got[0].dtype == dtype and got[1].dtype == dtype
     for name, a, b in zip(("dB", "dC", "da_inter"), got, (dB, dC, da_inter)):
         assert rel_err(a, b) < TOL[dtype], name
+
+
+def cumsum_bwd_case(dt_dtype, l, h, bias, softplus, seed):
+    """chunk_cumsum_bwd's inputs and the reference stage's float64 result. The gradients are float32 (b, h, c, Q),
+    dt_out in the (b, h, c * Q) layout the other stages give, the raw dt a strided (b, l, h) view (as the model
+    slices it from in_proj's output)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    b, Q = 3, 64
+    wide = (torch.randn(b, l, h + 5, generator=gen) * 0.5 - 1.0).to("cuda", dt_dtype)
+    dt = wide[..., 2 : 2 + h]
+    A = -torch.rand(h, generator=gen).cuda() * 4 - 0.5
+    dt_bias = torch.randn(h, generator=gen).cuda() * 0.5 if bias else None
+    grads = [torch.randn(b, h, -(-l // Q), Q, generator=gen).cuda() for _ in range(3)]
+    bias64 = None if dt_bias is None else dt_bias.double()
+    dt_out, _ = reference.chunk_cumsum(dt.double(), A.double(), Q, bias64, softplus)
+    dt_out = dt_out.contiguous()
+    want = ref_bwd.chunk_cumsum_bwd(*grads, dt_out, dt.double(), A.double(), softplus, bias64)
+    return (*grads, dt_out.float(), dt, A, softplus, dt_bias), want
+
+
+@pytest.mark.parametrize("dt_dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("l,h", [(2 * 64 + 37, 4), (256, 6), (100, 24)])
+@pytest.mark.parametrize("bias,softplus", [(True, True), (False, True), (True, False), (False, False)])
+def test_chunk_cumsum_bwd(dt_dtype, l, h, bias, softplus):
+    """The decay and dt gradients through stage 1 against the reference stage in float64: with and without softplus
+    and dt_bias, short last chunk, a partial head tile (6 heads), ddt written in dt's dtype, contiguous."""
+    args, want = cumsum_bwd_case(dt_dtype, l, h, bias, softplus, seed=l + h)
+    got = chunk_cumsum_bwd(*args)
+    assert got[0].dtype == dt_dtype and got[0].shape == (3, l, h) and got[0].is_contiguous()
+    assert (got[2] is None) == (not bias)
+    if bias:  # the backward op may not return outputs that share memory
+        assert got[1].untyped_storage().data_ptr() != got[2].untyped_storage().data_ptr()
+    tol = max(1e-5, torch.finfo(dt_dtype).eps)  # fp32 arithmetic; ddt is rounded to dt's dtype once
+    for name, a, b in zip(("ddt", "dA", "ddt_bias"), got, want):
+        if b is not None:
+            assert rel_err(a, b) < tol, name
+
+
+@pytest.mark.parametrize("tile_h", [cfg.TILE_H for cfg in search_space(24)])
+def test_every_tuning_configuration_of_chunk_cumsum_bwd(tile_h):
+    args, want = cumsum_bwd_case(torch.bfloat16, 2 * 64 + 37, 24, True, True, seed=7)
+    with tuning.forced("chunk_cumsum_bwd", CumsumConfig(tile_h)) as launched:
+        got = chunk_cumsum_bwd(*args)
+    assert launched == [CumsumConfig(tile_h)]
+    for name, a, b in zip(("ddt", "dA", "ddt_bias"), got, want):
+        assert rel_err(a, b) < torch.finfo(torch.bfloat16).eps, name
 
 
 @pytest.mark.parametrize("g", [1, 4])

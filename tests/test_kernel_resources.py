@@ -13,17 +13,18 @@ from cuda.tile import compilation as ctc
 from kernels.cutile import causal_conv
 from scripts import kernel_resources
 
-# conv_bwd_kernel as the medium model's compiled step launched it (results/step_h200_layers_quick.json's profile)
+# conv_bwd_gv_kernel in the specialization the medium model's compiled step launched the conv's one-pass backward
+# kernel in (results/step_h200_layers_quick.json's profile; the gv kernel took over its parameters)
 LAUNCHED = (
-    "conv_bwd_kernel_Kt1_A3bf16_3v8l0_4t1_6i16_p16_A2f32_1i16v4l0_2t1_p16_A1f32_1i16t1_p16_A3bf16_3v8l0_4t1_6i16_p16"
+    "conv_bwd_gv_kernel_Kt1_A3bf16_3v8l0_4t1_6i16_p16_A2f32_1i16v4l0_2t1_p16_A1f32_1i16t1_p16_A3bf16_3v8l0_4t1_6i16_p16"
     "_A3bf16_3v8l0_4t1_6i16_p16_A4f32_6i16_7v4l0_8t1_p16_A3f32_3v4l0_4t1_6i16_p16_I4_I16_I256_B1"
 )
 
 
 def test_a_launched_name_gives_its_kernel_and_signature():
     label, kernel, signature = kernel_resources.launched(LAUNCHED, None)
-    assert label == "conv_bwd_kernel[4, 16, 256, True]"
-    assert kernel is causal_conv.conv_bwd_kernel
+    assert label == "conv_bwd_gv_kernel[4, 16, 256, True]"
+    assert kernel is causal_conv.conv_bwd_gv_kernel
     x = signature.parameters[0]
     assert isinstance(x, ctc.ArrayConstraint) and x.stride_divisible_by == (8, 8, 1) and x.base_addr_divisible_by == 16
 
@@ -32,9 +33,9 @@ def test_a_launched_name_from_a_changed_copy(tmp_path):
     copy = tmp_path / "causal_conv_copy.py"
     copy.write_text(Path(causal_conv.__file__).read_text() + "\nMARK = 1\n")
     _, kernel, _ = kernel_resources.launched(LAUNCHED, str(copy))
-    assert kernel is not causal_conv.conv_bwd_kernel
+    assert kernel is not causal_conv.conv_bwd_gv_kernel
     copied = sys.modules["probe_causal_conv_copy"]  # kernels.cutile.variant's name for the copy
-    assert copied.conv_bwd_kernel is kernel and copied.MARK == 1
+    assert copied.conv_bwd_gv_kernel is kernel and copied.MARK == 1
 
 
 def test_an_unknown_kernel_is_one_clear_error():

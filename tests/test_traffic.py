@@ -30,6 +30,8 @@ def test_each_stage_moves_its_tensors_once_on_a_tiny_shape():
         "bwd_pass_state": Traffic(X + BC + ROW, STATES + STATE),  # dy, C, dA_cumsum -> dstates, dinitial_states
         "bwd_dx": Traffic(2 * X + 2 * BC + 2 * ROW + STATES + VEC, X + 2 * ROW + 1 * 2 * 2 * 4),  # ... + dD_part
         "bwd_dbc": Traffic(2 * X + 2 * BC + 2 * ROW + 2 * STATES, 2 * BC + ROW),  # -> dB, dC, one da_inter block
+        # ddt_dir, da_intra, da_inter, dt_out, A, dt_bias, dt -> ddt, partial sums (2, b, c, h)
+        "chunk_cumsum_bwd": Traffic(4 * ROW + 2 * VEC + DT, DT + 2 * 1 * 2 * 2 * 4),
     }
     assert {stage: stage_traffic(stage, TINY) for stage in STAGES} == by_hand
     assert by_hand["chunk_cumsum"] == Traffic(36, 128) and by_hand["bwd_dbc"].total == 1472 + 224
@@ -53,6 +55,7 @@ def test_constants_set_the_chunk_size_the_optional_inputs_and_the_dbc_blocks():
     assert stage_traffic("bwd_pass_state", TINY, {"HAS_DFINAL": True}).read == X + BC + ROW + STATE
     assert stage_traffic("compute_out", TINY, {"HAS_D": False}).read == X + 2 * BC + 2 * ROW + STATES
     assert stage_traffic("chunk_cumsum", TINY, {"HAS_BIAS": False}).read == DT + VEC
+    assert stage_traffic("chunk_cumsum_bwd", TINY, {"HAS_BIAS": False, "SOFTPLUS": False}).read == 4 * ROW + VEC
     assert stage_traffic("bwd_dbc", TINY, {"TILE_N": 4}).write == 2 * BC + 2 * ROW  # n 8 in two blocks of 4
     assert stage_traffic("bwd_dbc", TINY, {"TILE_N": 16}).write == 2 * BC + ROW  # a padded tile: one block
 

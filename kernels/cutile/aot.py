@@ -23,8 +23,17 @@ from cuda.tile import compilation as ctc
 from kernels.cutile.bwd_dbc import bwd_dbc_kernel
 from kernels.cutile.bwd_dx import bwd_dx_kernel
 from kernels.cutile.bwd_pass_state import bwd_pass_state_kernel
-from kernels.cutile.causal_conv import BWD_TILES, DEFAULT_BWD, DEFAULT_FWD, FWD_TILES, conv_bwd_kernel, conv_fwd_kernel
+from kernels.cutile.causal_conv import (
+    BWD_TILES,
+    DEFAULT_BWD,
+    DEFAULT_FWD,
+    FWD_TILES,
+    conv_bwd_dx_kernel,
+    conv_bwd_gv_kernel,
+    conv_fwd_kernel,
+)
 from kernels.cutile.chunk_cumsum import chunk_cumsum_kernel
+from kernels.cutile.chunk_cumsum_bwd import chunk_cumsum_bwd_kernel
 from kernels.cutile.compute_out import compute_out_kernel
 from kernels.cutile.fwd_pass_state import fwd_pass_state_kernel, states_dtype
 from kernels.cutile.rms_norm import DEFAULT_BWD as NORM_BWD
@@ -141,13 +150,28 @@ def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
             ),
         )
 
+    for name, dtype in DTYPES.items():
+        for bias, softplus in ((True, True), (False, False)):
+            yield (
+                f"chunk_cumsum_bwd[{name},bias={bias},softplus={softplus}]",
+                chunk_cumsum_bwd_kernel,
+                _signature(
+                    [_array(f32, 3)] * 4
+                    + [_array(dtype, 3), _array(f32, 1), _array(f32, 1), _array(dtype, 3), _array(f32, 4), i32]
+                    + [chunk, 8, bias, softplus]
+                ),
+            )
+
 
 def conv_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
     """(label, kernel, signature) for the causal conv's kernels (kernels/cutile/causal_conv.py): every dtype with
-    the default tile, every tile of the tune spaces at bf16 without a bias, and k = 3 (the model's is 4)."""
+    the default tile, every tile of the tune spaces at bf16 without a bias, and k = 3 (the model's is 4). The
+    backward's dx kernel takes the forward's tiles."""
     f32 = ct.float32
 
-    def arrays(stage: str, dtype) -> list:  # x, weight, bias, then y; or dy, dx, dweight_part, dbias_part
+    def arrays(stage: str, dtype) -> list:  # x, weight, bias, then y; or dy, gv, dweight_part, dbias_part
+        if stage == "conv_bwd_dx":  # gv, weight, dx
+            return [_array(dtype, 3), _array(f32, 2), _array(dtype, 3)]
         outputs = (
             [_array(dtype, 3)] if stage == "conv_fwd" else [_array(dtype, 3)] * 2 + [_array(f32, 4), _array(f32, 3)]
         )
@@ -155,16 +179,20 @@ def conv_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
 
     for stage, kernel, tiles, default in (
         ("conv_fwd", conv_fwd_kernel, FWD_TILES, DEFAULT_FWD),
-        ("conv_bwd", conv_bwd_kernel, BWD_TILES, DEFAULT_BWD),
+        ("conv_bwd_gv", conv_bwd_gv_kernel, BWD_TILES, DEFAULT_BWD),
+        ("conv_bwd_dx", conv_bwd_dx_kernel, FWD_TILES, DEFAULT_FWD),
     ):
         first = (default.TILE_T, default.TILE_C)
         cases = [(name, 4, first, True) for name in DTYPES] + [("bfloat16", 4, tile, False) for tile in tiles]
         cases.append(("bfloat16", 3, first, True))
+        if stage == "conv_bwd_dx":  # no bias: one case per dtype, tile and k
+            cases = list(dict.fromkeys((name, k, tile, False) for name, k, tile, _ in cases))
         for name, k, (tile_t, tile_c), bias in cases:
+            constants = [k, tile_t, tile_c] + ([] if stage == "conv_bwd_dx" else [bias])
             yield (
-                f"{stage}[{name},K={k},T={tile_t},C={tile_c},bias={bias}]",
+                f"{stage}[{name},K={k},T={tile_t},C={tile_c}" + ("]" if stage == "conv_bwd_dx" else f",bias={bias}]"),
                 kernel,
-                _signature([*arrays(stage, DTYPES[name]), k, tile_t, tile_c, bias]),
+                _signature([*arrays(stage, DTYPES[name]), *constants]),
             )
 
 

@@ -10,9 +10,9 @@ x (b, l, c), weight w (c, k), bias (c,), and v the pre-activation:
 
 A program owns TILE_T tokens x TILE_C channels of one sequence. The shifted rows are gathers (rows before the
 sequence start or past its end read as zero), served from L1/L2 after the first: each element of x is read
-from HBM about once. The backward recomputes v at the k shifts it needs instead of storing it (the forward
-writes only y), and writes per-program partial sums of dw and dbias that the host adds up. Arithmetic in
-fp32; y and dx in x's dtype.
+from HBM about once. The backward takes two kernels: the first recomputes v (the forward writes only y) once,
+writes gv in dy's dtype and per-program partial sums of dw and dbias that the host adds up; the second forms dx
+from k shifted rows of gv. Arithmetic in fp32; y and dx in x's dtype.
 """
 
 from __future__ import annotations
@@ -66,12 +66,12 @@ def conv_fwd_kernel(
 
 
 @ct.kernel
-def conv_bwd_kernel(
+def conv_bwd_gv_kernel(
     x,  # (b, l, c), last stride 1
     weight,  # (c, K) float32
     bias,  # (c,) float32 (ignored unless HAS_BIAS)
     dy,  # (b, l, c) last stride 1
-    dx,  # (b, l, c) x's dtype
+    gv,  # (b, l, c) dy's dtype: the pre-activation's gradient
     dweight_part,  # (b, l / TILE_T, c, K) float32: each program's share of dw
     dbias_part,  # (b, l / TILE_T, c) float32
     K: ConstInt,
@@ -83,22 +83,34 @@ def conv_bwd_kernel(
     ti = ct.bid(1)
     cj = ct.bid(2)
     t, ch = _rows(ti * TILE_T, TILE_T, cj * TILE_C, TILE_C)
-    acc = ct.zeros((TILE_T, TILE_C), dtype=ct.float32)
-    gv = ct.zeros((TILE_T, TILE_C), dtype=ct.float32)
-    # gv at tokens t + m, m = K - 1 .. 0: dx[t] takes w[:, K - 1 - m] · gv[t + m]; the last one (m = 0) is
-    # this tile's own gv, kept for dw and dbias. dy past the sequence end reads as zero, so gv is zero there.
-    for i in range(K):
-        m = K - 1 - i
-        v = _preactivation(x, weight, bias, bi, t + m, ch, K, TILE_T, TILE_C, HAS_BIAS)
-        s = 1.0 / (1.0 + ct.exp(-v))
-        gv = ct.gather(dy, (bi, t + m, ch)).astype(ct.float32) * s * (1.0 + v * (1.0 - s))
-        acc = acc + ct.gather(weight, (ch, K - 1 - m)).astype(ct.float32) * gv
-    ct.store(dx, index=(bi, ti, cj), tile=acc.astype(dx.dtype).reshape((1, TILE_T, TILE_C)))
-    for j in range(K):
-        xs = ct.gather(x, (bi, t - (K - 1) + j, ch)).astype(ct.float32)
-        dw = ct.sum(gv * xs, axis=0)  # (TILE_C,)
+    v = _preactivation(x, weight, bias, bi, t, ch, K, TILE_T, TILE_C, HAS_BIAS)
+    s = 1.0 / (1.0 + ct.exp(-v))
+    g = ct.gather(dy, (bi, t, ch)).astype(ct.float32) * s * (1.0 + v * (1.0 - s))  # zero past the sequence end
+    ct.store(gv, index=(bi, ti, cj), tile=g.astype(gv.dtype).reshape((1, TILE_T, TILE_C)))
+    for j in range(K):  # the shifted rows again (from L1/L2): dw[:, j] = Σ_t gv[t] x[t - (K - 1) + j]
+        dw = ct.sum(g * ct.gather(x, (bi, t - (K - 1) + j, ch)).astype(ct.float32), axis=0)  # (TILE_C,)
         ct.scatter(dweight_part, (bi, ti, ch.reshape((TILE_C,)), j), dw)
-    ct.store(dbias_part, index=(bi, ti, cj), tile=ct.sum(gv, axis=0).reshape((1, 1, TILE_C)))
+    ct.store(dbias_part, index=(bi, ti, cj), tile=ct.sum(g, axis=0).reshape((1, 1, TILE_C)))
+
+
+@ct.kernel
+def conv_bwd_dx_kernel(
+    gv,  # (b, l, c) the pre-activation's gradient (conv_bwd_gv_kernel), last stride 1
+    weight,  # (c, K) float32
+    dx,  # (b, l, c)
+    K: ConstInt,
+    TILE_T: ConstInt,
+    TILE_C: ConstInt,
+):
+    bi = ct.bid(0)
+    ti = ct.bid(1)
+    cj = ct.bid(2)
+    t, ch = _rows(ti * TILE_T, TILE_T, cj * TILE_C, TILE_C)
+    acc = ct.zeros((TILE_T, TILE_C), dtype=ct.float32)
+    for m in range(K):  # dx[t] = Σ_m w[:, K - 1 - m] · gv[t + m]; gv past the sequence end reads as zero
+        w = ct.gather(weight, (ch, K - 1 - m)).astype(ct.float32)
+        acc = acc + w * ct.gather(gv, (bi, t + m, ch)).astype(ct.float32)
+    ct.store(dx, index=(bi, ti, cj), tile=acc.astype(dx.dtype).reshape((1, TILE_T, TILE_C)))
 
 
 @dataclass(frozen=True)
@@ -109,11 +121,14 @@ class ConvConfig:
     TILE_C: int = 128
 
 
-# The tiles that compile without spilling at sm_90 with k = 4 (bf16; scripts/kernel_resources.py --only conv):
-# the backward holds k shifted pre-activations' worth of gathers, so it takes smaller tiles than the forward.
+# The tiles that compile without spilling at sm_90 with k = 4, bf16, in the specialization the medium model's step
+# launches (strides divisible by 8, 16-byte base addresses): the backward's gv kernel holds the k shifted rows and
+# their k column sums for dw; its dx kernel takes the forward's tiles.
 FWD_TILES = ((16, 64), (16, 128), (16, 256), (32, 64), (32, 128), (64, 64))
-BWD_TILES = ((16, 64), (16, 256))
-DEFAULT_FWD, DEFAULT_BWD = ConvConfig(32, 128), ConvConfig(16, 64)
+BWD_TILES = ((16, 64), (16, 128), (32, 64), (64, 64), (64, 128))
+# The backward's default is its gv kernel's fastest tile at one layer of the medium model's step (tuned, bf16:
+# results/probes/layers_two_pass_and_occupancy_2026-12-01.txt); its dx kernel takes the forward's tiles.
+DEFAULT_FWD, DEFAULT_BWD = ConvConfig(32, 128), ConvConfig(64, 128)
 
 
 def fwd_space() -> list[ConvConfig]:
@@ -180,10 +195,11 @@ def conv_bwd(
     dy = dy if dy.stride(-1) == 1 else dy.contiguous()
     b, l, c = x.shape
     k = w32.shape[1]
+    gv = torch.empty((b, l, c), device=x.device, dtype=dy.dtype)
     dx = torch.empty((b, l, c), device=x.device, dtype=x.dtype)
     parts: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def spec(cfg: ConvConfig):
+    def spec_gv(cfg: ConvConfig):
         nt = -(-l // cfg.TILE_T)
         if cfg.TILE_T not in parts:
             parts[cfg.TILE_T] = (
@@ -192,9 +208,14 @@ def conv_bwd(
             )
         dw, db = parts[cfg.TILE_T]
         grid = (b, nt, -(-c // cfg.TILE_C))
-        return grid, conv_bwd_kernel, (x, w32, b32, dy, dx, dw, db, k, cfg.TILE_T, cfg.TILE_C, bias is not None)
+        return grid, conv_bwd_gv_kernel, (x, w32, b32, dy, gv, dw, db, k, cfg.TILE_T, cfg.TILE_C, bias is not None)
 
-    cfg = launch("conv_bwd", _key(x, k), DEFAULT_BWD, bwd_space, spec, x.device)
+    def spec_dx(cfg: ConvConfig):
+        grid = (b, -(-l // cfg.TILE_T), -(-c // cfg.TILE_C))
+        return grid, conv_bwd_dx_kernel, (gv, w32, dx, k, cfg.TILE_T, cfg.TILE_C)
+
+    cfg = launch("conv_bwd", _key(x, k), DEFAULT_BWD, bwd_space, spec_gv, x.device)
+    launch("conv_bwd_dx", _key(x, k), DEFAULT_FWD, fwd_space, spec_dx, x.device)
     dw, db = parts[cfg.TILE_T]
     dweight = dw.sum((0, 1)).to(weight.dtype)
     dbias = None if bias is None else db.sum((0, 1)).to(bias.dtype)

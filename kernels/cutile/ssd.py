@@ -3,8 +3,8 @@
     forward   chunk_cumsum -> fwd_pass_state -> compute_out                  (as kernels.reference.ssd_chunked)
     backward  "reference": autograd through kernels.reference.ssd_chunked   (the design this project measures)
               "cutile":    kernels.reference_backward.ssd_backward composing the cuTile passes:
-                           chunk_cumsum -> fwd_pass_state (recomputed) -> bwd_pass_state -> bwd_dx -> bwd_dbc,
-                           then chunk_cumsum_bwd (a few small PyTorch ops on (b, h, l) arrays)
+                           chunk_cumsum -> fwd_pass_state (recomputed) -> bwd_pass_state -> bwd_dx -> bwd_dbc
+                           -> chunk_cumsum_bwd
 
 Only the inputs are saved for the backward; the chunk states are recomputed there. The chunked form's result
 does not depend on the chunk size (up to rounding), so the cuTile backward picks its own: at most
@@ -24,6 +24,7 @@ from kernels.cutile.bwd_dbc import bwd_dbc
 from kernels.cutile.bwd_dx import bwd_dx
 from kernels.cutile.bwd_pass_state import bwd_pass_state
 from kernels.cutile.chunk_cumsum import chunk_cumsum
+from kernels.cutile.chunk_cumsum_bwd import chunk_cumsum_bwd
 from kernels.cutile.compute_out import compute_out
 from kernels.cutile.fwd_pass_state import fwd_pass_state
 from kernels.reference_backward import Passes, ssd_backward
@@ -69,7 +70,8 @@ def check_inputs(tensors: dict[str, Tensor | None], chunk_size: int, backward: s
         raise ValueError(f"cutile backend: head dim {p} and state dim {n} must be at most {MAX_DIM}")
 
 
-CUTILE = Passes(chunk_cumsum, fwd_pass_state, bwd_pass_state, bwd_dx, bwd_dbc)  # the backward's passes
+# the backward's passes
+CUTILE = Passes(chunk_cumsum, fwd_pass_state, bwd_pass_state, bwd_dx, bwd_dbc, chunk_cumsum_bwd)
 
 
 @torch.library.custom_op("mamba2_cutile::ssd_fwd", mutates_args=(), device_types="cuda")

@@ -16,6 +16,9 @@ floor's. With c = ⌈l / Q⌉ chunks (the per-token float32 arrays are allocated
                                                                             (b, h, c·Q), dD_part (b, c, h)
     bwd_dbc         x, dy, B, C, dt_out, dA_cumsum, chunk_states, dstates   dB, dC (b, l, g, n),
                                                                             da_inter (blocks, b, h, c·Q)
+    chunk_cumsum_bwd  ddt_dir, da_intra, da_inter (summed over its          ddt (b, l, h) in dt's dtype,
+                    blocks), dt_out, A, dt (b, l, h) with softplus,         partial sums (2, b, c, h)
+                    dt_bias (h,) if given
 
 x, dy, y, dx, B, C, dB, dC are in the input dtype, dt in `dt_dtype` (float32 as scripts/bench_kernels.py passes it),
 chunk_states and dstates in bfloat16 with bfloat16 inputs (as fwd_pass_state and bwd_pass_state store them), else
@@ -30,7 +33,8 @@ with a "row" one float32 value per (batch, head, token), b·h·c·Q of them:
 - B is bwd_pass_state, which also writes d initial_states and, given a final-state gradient, reads it.
 - C is bwd_dx, which writes da_intra beside ddt_dir (C folds A·da into one ddt array): one row more.
 - D is bwd_dbc, which does not read C's ddt array back (one row fewer) and writes da_inter where D writes d dt_raw;
-  the softplus gradient and the sums for dA, dD and d dt_bias run after it in PyTorch (kernels.reference_backward).
+  chunk_cumsum_bwd then reads four rows and writes d dt_raw with the partial sums for dA and d dt_bias, which one
+  torch.sum finishes (dD's partial sums, from bwd_dx, another).
 Beyond these, the cuTile backward runs at its own chunk size (kernels.cutile.ssd.BACKWARD_CHUNK) where such a design
 takes the forward's: at half the forward's Q, twice the chunks, so twice the bytes of chunk_states and dstates, the
 largest tensors bwd_pass_state, bwd_dx and bwd_dbc move.
@@ -51,7 +55,7 @@ from pathlib import Path
 
 import torch
 
-STAGES = ("chunk_cumsum", "fwd_pass_state", "compute_out", "bwd_pass_state", "bwd_dx", "bwd_dbc")
+STAGES = ("chunk_cumsum", "fwd_pass_state", "compute_out", "bwd_pass_state", "bwd_dx", "bwd_dbc", "chunk_cumsum_bwd")
 F32 = torch.float32.itemsize  # dt_out, dA_cumsum, states and the other float32 arrays
 
 
@@ -111,7 +115,8 @@ def stage_traffic(stage: str, shape: SSDShape, constants: Mapping[str, int | boo
 
     constants: the kernel's specialization (as `profiled` reads it): Q, the chunk size (default shape.chunk_size);
     HAS_BIAS, HAS_D, HAS_INIT, HAS_DFINAL, whether dt_bias, D, initial_states, dfinal_state are read (default: dt_bias
-    and D given, no initial state, no final-state gradient, as scripts/bench_kernels.py calls the SSD); TILE_N,
+    and D given, no initial state, no final-state gradient, as scripts/bench_kernels.py calls the SSD); SOFTPLUS,
+    whether chunk_cumsum_bwd reads dt back (default: yes, as the model and scripts/bench_kernels.py call it); TILE_N,
     bwd_dbc's state columns per program (default: all of them, one block).
     """
     from kernels.cutile.fwd_pass_state import states_dtype
@@ -127,8 +132,8 @@ def stage_traffic(stage: str, shape: SSDShape, constants: Mapping[str, int | boo
     states = states_dtype(getattr(torch, shape.dtype)).itemsize * b * c * h * p * n  # chunk_states, dstates
     state = F32 * b * h * p * n  # initial_states, final_state, dfinal_state, dinitial_states
     vector = F32 * h  # A, D, dt_bias
+    dt = itemsize(shape.dt_dtype) * b * l * h  # dt, ddt
     if stage == "chunk_cumsum":
-        dt = itemsize(shape.dt_dtype) * b * l * h
         return Traffic(dt + vector + vector * k.get("HAS_BIAS", True), 2 * rows)
     if stage == "fwd_pass_state":
         return Traffic(heads + groups + 2 * rows + state * k.get("HAS_INIT", False), states + state)
@@ -142,6 +147,9 @@ def stage_traffic(stage: str, shape: SSDShape, constants: Mapping[str, int | boo
     if stage == "bwd_dbc":
         blocks = math.ceil(n / k.get("TILE_N", n))
         return Traffic(2 * heads + 2 * groups + 2 * rows + 2 * states, 2 * groups + blocks * rows)
+    if stage == "chunk_cumsum_bwd":
+        read = 4 * rows + vector + vector * k.get("HAS_BIAS", True) + dt * k.get("SOFTPLUS", True)
+        return Traffic(read, dt + 2 * F32 * b * c * h)
     raise ValueError(f"unknown stage {stage!r}; the cuTile stages are {', '.join(STAGES)}")
 
 

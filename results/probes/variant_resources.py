@@ -1,10 +1,13 @@
 """Registers, spills and shared memory (sm_90) of the layer-kernel variants in results/variants/, compiled with the
 array constraints the medium model's step launched (strides divisible by 8, 16-byte bases, 32-bit indices: the
 mangled names below come from results/step_h200_layers_quick.json's profile), at every tile their tune spaces
-hold or left out. Needs cuobjdump (scripts/kernel_resources.py says how). Make the variant files first:
+hold or left out. Needs cuobjdump (scripts/kernel_resources.py says how). The two-pass conv and the occupancy
+hints have since been adopted, so the patches apply to the kernel files as they were at commit fd372e6:
 
-    patch kernels/cutile/causal_conv.py -o /tmp/causal_conv_two_pass.py < results/variants/causal_conv_two_pass.patch
-    patch kernels/cutile/rms_norm.py -o /tmp/rms_norm_one_pass.py < results/variants/rms_norm_one_pass.patch
+    git show fd372e6:kernels/cutile/causal_conv.py > /tmp/causal_conv_fd372e6.py
+    git show fd372e6:kernels/cutile/rms_norm.py > /tmp/rms_norm_fd372e6.py
+    patch /tmp/causal_conv_fd372e6.py -o /tmp/causal_conv_two_pass.py < results/variants/causal_conv_two_pass.patch
+    patch /tmp/rms_norm_fd372e6.py -o /tmp/rms_norm_one_pass.py < results/variants/rms_norm_one_pass.patch
     PYTHONPATH=. python results/probes/variant_resources.py --cuobjdump PATH /tmp/causal_conv_two_pass.py \
         /tmp/rms_norm_one_pass.py
 

@@ -1,0 +1,107 @@
+"""Backward stage 4 in cuTile: the decay and dt gradients back through stage 1 (chunk_cumsum), in one launch.
+
+Reference: `kernels.reference_backward.chunk_cumsum_bwd`, whose contract the host function keeps. One program
+per (batch, chunk, head tile) reads the (b, h, c * Q) rows the other backward stages wrote and forms, per
+token,
+    da = da_intra + da_inter,   ddt = (ddt_dir + A da) · softplus'(dt + dt_bias)   (the factor only with softplus)
+and writes ddt in dt's dtype and (b, l, h) layout, transposing the rows in registers; tokens past the
+sequence end are not written. Each program also writes its chunk's two partial sums per head, Σ dt_out da
+(for dA) and Σ ddt (for d dt_bias), which the host reduces in one torch.sum. In PyTorch the same work was
+about ten elementwise kernels, two reductions and a transposing copy (results/tuning_log.md).
+
+softplus'(u) is sigmoid(u), computed from the raw dt as the forward's softplus saw it (identity above
+SOFTPLUS_THRESHOLD, so there the factor is 1).
+"""
+
+from __future__ import annotations
+
+import cuda.tile as ct
+import torch
+
+from kernels.cutile.chunk_cumsum import SOFTPLUS_THRESHOLD, CumsumConfig, search_space
+from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch
+
+
+@ct.kernel
+def chunk_cumsum_bwd_kernel(
+    ddt_dir,  # (b, h, c * Q) float32
+    da_intra,  # (b, h, c * Q) float32
+    da_inter,  # (b, h, c * Q) float32
+    dt_out,  # (b, h, c * Q) float32
+    dt,  # (b, l, h) raw time steps, any float dtype (read only with SOFTPLUS)
+    A,  # (h,) float32
+    dt_bias,  # (h,) float32 (ignored unless HAS_BIAS)
+    ddt,  # (b, l, h) in dt's dtype, written
+    partials,  # (2, b, c, h) float32, written: Σ dt_out·da and Σ ddt over the chunk's tokens
+    seqlen: int,
+    Q: ConstInt,
+    TILE_H: ConstInt,
+    HAS_BIAS: ConstBool,
+    SOFTPLUS: ConstBool,
+):
+    bi = ct.bid(0)
+    ci = ct.bid(1)
+    hj = ct.bid(2)
+
+    # the chunk's (TILE_H, Q) blocks of the (b, h, c * Q) rows
+    row = (bi, hj, ci)
+    da = ct.load(da_intra, index=row, shape=(1, TILE_H, Q), padding_mode=ZERO, latency=4).reshape((TILE_H, Q))
+    da = da + ct.load(da_inter, index=row, shape=(1, TILE_H, Q), padding_mode=ZERO, latency=4).reshape((TILE_H, Q))
+    grad = ct.load(ddt_dir, index=row, shape=(1, TILE_H, Q), padding_mode=ZERO, latency=4).reshape((TILE_H, Q))
+    d = ct.load(dt_out, index=row, shape=(1, TILE_H, Q), padding_mode=ZERO, latency=4).reshape((TILE_H, Q))
+    a = ct.load(A, index=(hj,), shape=(TILE_H,), padding_mode=ZERO).reshape((TILE_H, 1))
+    grad = grad + a * da
+    if SOFTPLUS:
+        u = ct.load(dt, index=(bi, ci, hj), shape=(1, Q, TILE_H), padding_mode=ZERO, latency=4).reshape((Q, TILE_H))
+        u = ct.transpose(u.astype(ct.float32))
+        if HAS_BIAS:
+            u = u + ct.load(dt_bias, index=(hj,), shape=(TILE_H,), padding_mode=ZERO).reshape((TILE_H, 1))
+        grad = grad * ct.where(u > SOFTPLUS_THRESHOLD, 1.0, 1.0 / (1.0 + ct.exp(-u)))
+    # Padding tokens had dt forced to 0 after the softplus: no gradient reaches dt or dt_bias through them.
+    token = ci * Q + ct.arange(Q, dtype=ct.int32).reshape((1, Q))
+    grad = ct.where(token < seqlen, grad, 0.0)
+    ct.store(ddt, index=(bi, ci, hj), tile=ct.transpose(grad).astype(ddt.dtype).reshape((1, Q, TILE_H)))
+    # padding tokens have dt_out = 0: they add nothing to dA
+    ct.store(partials, index=(0, bi, ci, hj), tile=ct.sum(d * da, axis=1).reshape((1, 1, 1, TILE_H)))
+    ct.store(partials, index=(1, bi, ci, hj), tile=ct.sum(grad, axis=1).reshape((1, 1, 1, TILE_H)))
+
+
+def chunk_cumsum_bwd(
+    ddt_dir: torch.Tensor,
+    da_intra: torch.Tensor,
+    da_inter: torch.Tensor,
+    dt_out: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    dt_softplus: bool = False,
+    dt_bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Backward stage 4 on the GPU. Same contract as `kernels.reference_backward.chunk_cumsum_bwd`.
+
+    Args:
+        ddt_dir, da_intra, da_inter, dt_out: (b, h, c, Q) float32.  dt: (b, l, h) the forward's raw dt.
+        A, dt_bias: (h,).
+    Returns:
+        ddt: (b, l, h) in dt's dtype, contiguous.  dA: (h,) float32.  ddt_bias: (h,) float32, or None without
+        dt_bias.
+    """
+    b, h, nchunks, chunk_size = dt_out.shape
+    seqlen = dt.shape[1]
+    rows = (b, h, nchunks * chunk_size)
+    ddt = torch.empty(dt.shape, device=dt.device, dtype=dt.dtype)
+    partials = torch.empty((2, b, nchunks, h), device=dt.device, dtype=torch.float32)
+    A32 = A.to(torch.float32).contiguous()
+    bias32 = A32 if dt_bias is None else dt_bias.to(torch.float32).contiguous()
+    arrays = (ddt_dir.reshape(rows), da_intra.reshape(rows), da_inter.reshape(rows), dt_out.reshape(rows))
+
+    def spec(cfg: CumsumConfig) -> tuple[tuple[int, ...], object, tuple]:
+        th = min(cfg.TILE_H, 1 << (h - 1).bit_length())
+        grid = (b, nchunks, -(-h // th))
+        args = (*arrays, dt, A32, bias32, ddt, partials, seqlen, chunk_size, th, dt_bias is not None, dt_softplus)
+        return grid, chunk_cumsum_bwd_kernel, args
+
+    key = f"b{b}_l{seqlen}_h{h}_Q{chunk_size}_{str(dt.dtype)[6:]}"
+    launch("chunk_cumsum_bwd", key, CumsumConfig(), lambda: search_space(h), spec, dt.device)
+    sums = partials.sum((1, 2))  # (2, h): dA, d dt_bias
+    # d dt_bias gets memory of its own: the SSD's backward op may not return outputs that share it
+    return ddt, sums[0], None if dt_bias is None else sums[1].clone()
