@@ -1,0 +1,158 @@
+"""Hardware counters of the SSD's kernels: one forward + backward call of a backend under Nsight Compute (ncu), so a
+kernel's distance from its memory floor comes with what its warps wait on.
+
+    python scripts/ncu_ssd.py --shape seed --variants cutile:cutile,triton --out results/ncu   # needs ncu and a GPU
+    python scripts/ncu_ssd.py --summary results/ncu/seed_cutile-cutile.csv                    # re-print a summary
+
+For each variant (as bench_kernels.py names them) the script runs itself twice: without ncu, to tune the cuTile
+kernels (--autotune; tuning keeps its choices on disk, and under ncu every launch is slowed, so it would choose on
+wrong times), then under ncu, where the variant takes those choices, warms up, and runs one call inside the NVTX
+range "measured", the only kernels ncu profiles. ncu keeps
+the clocks as it finds them (--clock-control none). Each variant's report (OUT/SHAPE_VARIANT.ncu-rep) is exported to
+CSV beside it (ncu's raw page: one row per kernel), and a table prints per kernel: duration; DRAM bytes read and
+written; DRAM, L2 and SM throughput in % of peak; achieved occupancy; registers per thread; and the three stall
+reasons with the most warps waiting per issued instruction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "MemoryWorkloadAnalysis")
+METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
+RANGE = "measured"
+STALL = re.compile(r"smsp__average_warps?_issue_stalled_(\w+?)_per_issue_active\.ratio")
+COLUMNS = {  # table column -> raw metric
+    "us": "gpu__time_duration.sum",
+    "DRAM rd MB": "dram__bytes_read.sum",
+    "DRAM wr MB": "dram__bytes_write.sum",
+    "DRAM %": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+    "L2 %": "lts__throughput.avg.pct_of_peak_sustained_elapsed",
+    "SM %": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "occ %": "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "regs": "launch__registers_per_thread",
+}
+
+
+def short_name(kernel: str) -> str:
+    """A cuTile kernel's stage (its mangled name up to the signature), a Triton kernel's name, a C++ kernel's
+    function without its template arguments."""
+    kernel = kernel.split("_Kt")[0]
+    return re.sub(r"<.*", "", kernel.removeprefix("void ")).split("(")[0][:48]
+
+
+def number(value: str) -> float | None:
+    try:
+        return float(value.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def scaled(value: float, unit: str) -> float:
+    """A raw metric in the table's unit: durations in us, bytes in MB."""
+    factors = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "byte": 1e-6, "Kbyte": 1e-3, "Mbyte": 1.0}
+    return value * factors.get(unit, 1.0)
+
+
+def summarize(csv_path: Path) -> str:
+    """The per-kernel table of a raw-page CSV that ncu exported (row 1 metric names, row 2 units, then kernels)."""
+    with open(csv_path, newline="") as f:
+        rows = list(csv.reader(f))
+    if len(rows) < 3:
+        return f"{csv_path}: no kernels profiled"
+    names, units, kernels = rows[0], rows[1], rows[2:]
+    col = {name: i for i, name in enumerate(names)}
+    stalls = [(m.group(1), i) for i, name in enumerate(names) if (m := STALL.fullmatch(name))]
+    lines = ["kernel".ljust(48) + "".join(h.rjust(11) for h in COLUMNS) + "  top stalls (warps per issue)"]
+    for row in kernels:
+        name = short_name(row[col["Kernel Name"]]) if "Kernel Name" in col else "?"
+        cells = []
+        for metric in COLUMNS.values():
+            v = number(row[col[metric]]) if metric in col else None
+            cells.append("-".rjust(11) if v is None else f"{scaled(v, units[col[metric]]):11.1f}")
+        waits = sorted(((number(row[i]) or 0.0, reason) for reason, i in stalls), reverse=True)[:3]
+        lines.append(name.ljust(48) + "".join(cells) + "  " + ", ".join(f"{r} {v:.1f}" for v, r in waits))
+    return "\n".join(lines)
+
+
+def measured_call(shape_name: str, variant: str, autotune: bool) -> None:
+    """Inside ncu: tune and warm the variant up, then one call inside the NVTX range RANGE."""
+    import torch
+
+    from kernels.cutile import tuning
+    from scripts.bench_kernels import SHAPE_SETS, make_call
+
+    tuning.set_autotune(autotune)
+    (shape,) = SHAPE_SETS[shape_name]
+    call = make_call(shape, variant, "fwd_bwd", "cuda")
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push(RANGE)
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_pop()
+
+
+def profile(shape: str, variant: str, out: Path, autotune: bool) -> Path:
+    """Run one variant under ncu; returns the exported CSV."""
+    stem = out / f"{shape}_{variant.replace(':', '-')}"
+    command = ["ncu", "--clock-control", "none", "--target-processes", "all", "--nvtx", "--nvtx-include", f"{RANGE}/"]
+    for section in SECTIONS:
+        command += ["--section", section]
+    command += ["--metrics", ",".join(METRICS), "--export", str(stem), "--force-overwrite"]
+    inner = [sys.executable, __file__, "--inner", "--shape", shape, "--variants", variant]
+    inner += ["--autotune"] if autotune else []
+    if autotune:
+        subprocess.run(inner, check=True)
+    subprocess.run(command + inner, check=True)
+    exported = subprocess.run(
+        ["ncu", "--import", f"{stem}.ncu-rep", "--page", "raw", "--csv", "--print-units", "base"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    csv_path = stem.with_suffix(".csv")
+    csv_path.write_text(exported.stdout)
+    return csv_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", default="seed", choices=("seed", "step"))
+    ap.add_argument(
+        "--variants", default="cutile:cutile,triton", help="comma-separated, as bench_kernels.py names them"
+    )
+    ap.add_argument("--out", default="results/ncu", help="folder for the reports and CSVs")
+    ap.add_argument("--autotune", action="store_true", help="tune the cuTile kernels before the measured call")
+    ap.add_argument("--summary", metavar="CSV", help="print the table of an exported CSV and exit")
+    ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.summary:
+        print(summarize(Path(args.summary)))
+        return 0
+    variants = args.variants.split(",")
+    if args.inner:
+        measured_call(args.shape, variants[0], args.autotune)
+        return 0
+    if shutil.which("ncu") is None:
+        print("ncu_ssd: ncu (Nsight Compute) is not on PATH", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
+    for variant in variants:
+        csv_path = profile(args.shape, variant, out, args.autotune)
+        print(f"\n{args.shape}, {variant} ({csv_path}):\n{summarize(csv_path)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
