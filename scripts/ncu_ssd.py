@@ -6,18 +6,21 @@ kernel's distance from its memory floor comes with what its warps wait on.
 
 For each variant (as bench_kernels.py names them) the script runs itself twice: without ncu, to tune the cuTile
 kernels (--autotune; tuning keeps its choices on disk, and under ncu every launch is slowed, so it would choose on
-wrong times), then under ncu, where the variant takes those choices, warms up, and runs one call inside the NVTX
-range "measured", the only kernels ncu profiles. ncu keeps
+wrong times), then under ncu, where the variant takes those choices, warms up, and runs one call between
+cudaProfilerStart and cudaProfilerStop, the only kernels ncu profiles (an NVTX range would miss the backward: autograd
+launches it from its own thread). ncu keeps
 the clocks as it finds them (--clock-control none). Each variant's report (OUT/SHAPE_VARIANT.ncu-rep) is exported to
-CSV beside it (ncu's raw page: one row per kernel), and a table prints per kernel: duration; DRAM bytes read and
-written; DRAM, L2 and SM throughput in % of peak; achieved occupancy; registers per thread; and the three stall
-reasons with the most warps waiting per issued instruction.
+CSV beside it (ncu's raw page, one row per kernel, cut to the columns below), and a table prints per kernel:
+duration; DRAM bytes read and written; DRAM, L2 and SM throughput in % of peak; achieved occupancy; registers per
+thread; and the three stall reasons with the most warps waiting per issued instruction ("selected" and
+"not_selected", an issuing or an eligible warp, are not waits and are left out).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import io
 import os
 import re
 import shutil
@@ -27,8 +30,9 @@ from pathlib import Path
 
 SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "MemoryWorkloadAnalysis")
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
-RANGE = "measured"
 STALL = re.compile(r"smsp__average_warps?_issue_stalled_(\w+?)_per_issue_active\.ratio")
+NOT_WAITING = ("selected", "not_selected")  # reasons ncu counts that are not a wait: issuing, or eligible
+KERNEL = ("ID", "Kernel Name", "Block Size", "Grid Size")  # the columns kept beside the metrics
 COLUMNS = {  # table column -> raw metric
     "us": "gpu__time_duration.sum",
     "DRAM rd MB": "dram__bytes_read.sum",
@@ -57,7 +61,8 @@ def number(value: str) -> float | None:
 
 def scaled(value: float, unit: str) -> float:
     """A raw metric in the table's unit: durations in us, bytes in MB."""
-    factors = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "byte": 1e-6, "Kbyte": 1e-3, "Mbyte": 1.0}
+    factors = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}
+    factors.update({"byte": 1e-6, "Kbyte": 1e-3, "Mbyte": 1.0})
     return value * factors.get(unit, 1.0)
 
 
@@ -69,7 +74,9 @@ def summarize(csv_path: Path) -> str:
         return f"{csv_path}: no kernels profiled"
     names, units, kernels = rows[0], rows[1], rows[2:]
     col = {name: i for i, name in enumerate(names)}
-    stalls = [(m.group(1), i) for i, name in enumerate(names) if (m := STALL.fullmatch(name))]
+    stalls = [
+        (r, i) for i, name in enumerate(names) if (m := STALL.fullmatch(name)) and (r := m.group(1)) not in NOT_WAITING
+    ]
     lines = ["kernel".ljust(48) + "".join(h.rjust(11) for h in COLUMNS) + "  top stalls (warps per issue)"]
     for row in kernels:
         name = short_name(row[col["Kernel Name"]]) if "Kernel Name" in col else "?"
@@ -82,8 +89,17 @@ def summarize(csv_path: Path) -> str:
     return "\n".join(lines)
 
 
+def trim(text: str) -> str:
+    """An exported raw page (several hundred columns) cut to the columns `summarize` reads."""
+    rows = list(csv.reader(text.splitlines()))
+    keep = [i for i, name in enumerate(rows[0]) if name in KERNEL or name in COLUMNS.values() or STALL.fullmatch(name)]
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows([[row[i] for i in keep] for row in rows])
+    return out.getvalue()
+
+
 def measured_call(shape_name: str, variant: str, autotune: bool) -> None:
-    """Inside ncu: tune and warm the variant up, then one call inside the NVTX range RANGE."""
+    """Inside ncu: tune and warm the variant up, then one call with the profiler started."""
     import torch
 
     from kernels.cutile import tuning
@@ -95,16 +111,17 @@ def measured_call(shape_name: str, variant: str, autotune: bool) -> None:
     for _ in range(3):
         call()
     torch.cuda.synchronize()
-    torch.cuda.nvtx.range_push(RANGE)
+    torch.cuda.cudart().cudaProfilerStart()
     call()
     torch.cuda.synchronize()
-    torch.cuda.nvtx.range_pop()
+    torch.cuda.cudart().cudaProfilerStop()
 
 
 def profile(shape: str, variant: str, out: Path, autotune: bool) -> Path:
-    """Run one variant under ncu; returns the exported CSV."""
+    """Run one variant under ncu; returns the exported CSV (the columns the table reads; the report itself, every
+    section, stays beside it as OUT/SHAPE_VARIANT.ncu-rep)."""
     stem = out / f"{shape}_{variant.replace(':', '-')}"
-    command = ["ncu", "--clock-control", "none", "--target-processes", "all", "--nvtx", "--nvtx-include", f"{RANGE}/"]
+    command = ["ncu", "--clock-control", "none", "--target-processes", "all", "--profile-from-start", "off"]
     for section in SECTIONS:
         command += ["--section", section]
     command += ["--metrics", ",".join(METRICS), "--export", str(stem), "--force-overwrite"]
@@ -120,7 +137,7 @@ def profile(shape: str, variant: str, out: Path, autotune: bool) -> Path:
         text=True,
     )
     csv_path = stem.with_suffix(".csv")
-    csv_path.write_text(exported.stdout)
+    csv_path.write_text(trim(exported.stdout))
     return csv_path
 
 

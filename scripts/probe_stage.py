@@ -47,11 +47,16 @@ STAGES: dict[str, tuple[Callable, tuple[str, ...]]] = {
     "bwd_pass_state": (ref_bwd.bwd_pass_state, ("dy", "C", "dA_cumsum", "dfinal")),
     "bwd_dx": (ref_bwd.bwd_dx, ("x", "dy", "B", "C", "dt_out", "dA_cumsum", "dstates", "D")),
     "bwd_dbc": (ref_bwd.bwd_dbc, ("x", "dy", "B", "C", "dt_out", "dA_cumsum", "chunk_states", "dstates")),
+    "chunk_cumsum_bwd": (
+        ref_bwd.chunk_cumsum_bwd,
+        ("ddt_dir", "da_intra", "da_inter", "dt_out", "dt", "A", "softplus", "dt_bias"),
+    ),
 }
 # timed shapes (bf16 inputs, head dim 64, state 128, one group): the seed article's, and one layer of the
 # medium model's training step (configs/medium.yaml: d_model 768, expand 2 -> 24 heads; L 2048, batch 8)
 SHAPES = {"seed": {"b": 4, "l": 16384, "h": 8}, "step": {"b": 8, "l": 2048, "h": 24}}
-UPSTREAM = {"dt_out", "dA_cumsum", "chunk_states", "dstates", "D", "initial_states", "dfinal", "A", "dt_bias"}
+ROWS = ("ddt_dir", "da_intra", "da_inter")  # chunk_cumsum_bwd's gradient rows: random, (b, h, c, Q) as dt_out
+UPSTREAM = {"dt_out", "dA_cumsum", "chunk_states", "dstates", "D", "initial_states", "dfinal", "A", "dt_bias", *ROWS}
 STATES = {"chunk_states", "dstates"}  # the upstream tensors --states sets the dtype of
 
 
@@ -60,6 +65,14 @@ def load(stage: str, path: str | None) -> Callable:
     if path is None:
         return getattr(importlib.import_module(f"kernels.cutile.{stage}"), stage)
     return getattr(load_variant(path), stage)
+
+
+def inputs(chunk: int, dtype: torch.dtype = torch.bfloat16, **shape) -> dict:
+    """stage_inputs (p 64, n 128) and random gradient rows for chunk_cumsum_bwd (float64, as the upstream)."""
+    t = stage_inputs(dtype, chunk, 64, 128, **shape)
+    g = torch.Generator(device=t["dt_out"].device).manual_seed(shape.get("seed", 0) + 7)
+    t.update({name: torch.randn(t["dt_out"].shape, generator=g, device=g.device).double() for name in ROWS})
+    return t
 
 
 def arguments(t: dict, names: tuple[str, ...], chunk: int, exact: bool, states: torch.dtype = torch.bfloat16) -> list:
@@ -82,7 +95,7 @@ def arguments(t: dict, names: tuple[str, ...], chunk: int, exact: bool, states: 
 def max_error(fn: Callable, stage: str, dtype: torch.dtype, chunk: int, states: torch.dtype = torch.bfloat16) -> float:
     """The largest relative error of the stage's outputs; chunk states in `states` with bf16 inputs, else float32."""
     ref, names = STAGES[stage]
-    t = stage_inputs(dtype, chunk, 64, 128, l=20 * chunk + 37, h=16, g=2, seed=chunk)
+    t = inputs(chunk, dtype, l=20 * chunk + 37, h=16, g=2, seed=chunk)
     states = states if dtype == torch.bfloat16 else torch.float32
     got, want = fn(*arguments(t, names, chunk, False, states)), ref(*arguments(t, names, chunk, True))
     pairs = zip(got, want) if isinstance(want, tuple) else [(got, want)]
@@ -92,7 +105,7 @@ def max_error(fn: Callable, stage: str, dtype: torch.dtype, chunk: int, states: 
 def time_ms(
     fn: Callable, stage: str, chunk: int, calls: int, shape: str = "seed", states: torch.dtype = torch.bfloat16
 ) -> float:
-    t = stage_inputs(torch.bfloat16, chunk, 64, 128, **SHAPES[shape], g=1, seed=0)
+    t = inputs(chunk, **SHAPES[shape], g=1, seed=0)
     args = arguments(t, STAGES[stage][1], chunk, False, states)
     fn(*args)  # compile and, with --sweep, tune before timing
     return wall_ms(lambda: fn(*args), calls)

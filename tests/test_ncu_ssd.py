@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import csv
 
-from scripts.ncu_ssd import main, short_name, summarize
+from scripts.ncu_ssd import main, short_name, summarize, trim
 
-STALLS = ("long_scoreboard", "barrier", "math_pipe_throttle", "wait")
+STALLS = ("long_scoreboard", "barrier", "math_pipe_throttle", "wait", "selected")
 HEADER = ["ID", "Kernel Name", "gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum"]
 HEADER += ["gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "launch__registers_per_thread"]
 HEADER += [f"smsp__average_warps_issue_stalled_{s}_per_issue_active.ratio" for s in STALLS]
-UNITS = ["", "", "nsecond", "byte", "byte", "%", "register/thread"] + [""] * len(STALLS)
+UNITS = ["", "", "ns", "byte", "byte", "%", "register/thread"] + [""] * len(STALLS)
 CUTILE = "bwd_dx_kernel_Kt2_A4bf16_7v8l0_8t1_ai16_p16_I24_B1"
 TORCH = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>(at::native::ReduceOp<float>)"
 
@@ -25,19 +25,30 @@ def test_the_table_scales_units_and_ranks_the_stalls(tmp_path, capsys):
     write(
         path,
         [
-            ["1", CUTILE, "207,000", "150000000", "33500000", "44.5", "80", "5.5", "0.5", "1.25", "2.0"],
-            ["2", TORCH, "6100", "1000000", "n/a", "3.0", "32", "0.1", "0.0", "0.0", "0.3"],
+            ["1", CUTILE, "207,000", "150000000", "33500000", "44.5", "80", "5.5", "0.5", "1.25", "2.0", "9.0"],
+            ["2", TORCH, "6100", "1000000", "n/a", "3.0", "32", "0.1", "0.0", "0.0", "0.3", "1.0"],
         ],
     )
     lines = summarize(path).splitlines()
     assert len(lines) == 3 and lines[0].startswith("kernel") and "top stalls" in lines[0]
     first = lines[1].split()
     assert first[0] == "bwd_dx_kernel" and first[1:4] == ["207.0", "150.0", "33.5"]  # us, MB read, MB written
-    assert lines[1].endswith("long_scoreboard 5.5, wait 2.0, math_pipe_throttle 1.2")
+    assert lines[1].endswith("long_scoreboard 5.5, wait 2.0, math_pipe_throttle 1.2")  # "selected" is no wait
     second = lines[2].split()
     assert second[0] == "at::native::reduce_kernel" and second[1] == "6.1" and second[3] == "-"  # n/a -> "-"
     assert "L2 %" in lines[0] and lines[1].split()[6] == "-"  # a metric the CSV lacks
     assert main(["--summary", str(path)]) == 0 and capsys.readouterr().out.splitlines()[1] == lines[1]
+
+
+def test_trim_keeps_what_the_table_reads(tmp_path):
+    extra = ["device__attribute_x", "smsp__pcsamp_sample_count"]
+    full = [HEADER + extra, UNITS + ["", ""], ["1", CUTILE, "5", "1", "1", "1", "1", "1", "1", "1", "1", "1", "7", "8"]]
+    text = "\n".join(",".join(f'"{v}"' for v in row) for row in full)
+    trimmed = trim(text)
+    assert trimmed.splitlines()[0].split(",") == HEADER  # the two unread columns are gone, the order kept
+    path = tmp_path / "t.csv"
+    path.write_text(trimmed)
+    assert summarize(path).splitlines()[1].split()[1] == "0.0"  # 5 ns
 
 
 def test_short_names():
