@@ -30,13 +30,15 @@ from kernels import cutile
 from kernels.cutile import aot
 from kernels.cutile.variant import load_variant
 
-# the memory and special-function instructions --sass counts, with their modifiers (LDG.E.128, MUFU.EX2, ...)
-SASS_OPS = re.compile(r"\b((?:LDG|STG|LDS|STS|LDGSTS|UTMALDG|UTMASTG|MUFU)(?:\.\w+)*)")
+# the instructions --sass counts, with their modifiers (LDG.E.128, MUFU.EX2, ...): memory, special functions, and
+# the warpgroup matrix products with the waits around them (HGMMA, WARPGROUP.ARRIVE, WARPGROUP.DEPBAR)
+SASS_OPS = re.compile(r"\b((?:LDG|STG|LDS|STS|LDGSTS|UTMALDG|UTMASTG|MUFU|HGMMA|WARPGROUP)(?:\.\w+)*)")
 
 
 def resources(kernel: object, signature: ctc.KernelSignature, arch: str, cuobjdump: str, sass: bool = False) -> str:
     """cuobjdump's REG/STACK/SHARED/LOCAL line for one specialization; with `sass`, then its SASS's instruction
-    count and the count of each memory and MUFU instruction (cuobjdump -sass needs nvdisasm on PATH)."""
+    count and the count of each memory, MUFU, HGMMA and WARPGROUP instruction (cuobjdump -sass needs nvdisasm on
+    PATH)."""
     cubin = io.BytesIO()
     ctc.export_kernel(kernel, [signature], cubin, gpu_code=arch, output_format="cubin")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:

@@ -4,11 +4,12 @@ kernel's distance from its memory floor comes with what its warps wait on.
     python scripts/ncu_ssd.py --shape seed --variants cutile:cutile,triton --out results/ncu   # needs ncu and a GPU
     python scripts/ncu_ssd.py --summary results/ncu/seed_cutile-cutile.csv                    # re-print a summary
 
-For each variant (as bench_kernels.py names them) the script runs itself twice: without ncu, to tune the cuTile
-kernels (--autotune; tuning keeps its choices on disk, and under ncu every launch is slowed, so it would choose on
-wrong times), then under ncu, where the variant takes those choices, warms up, and runs one call between
-cudaProfilerStart and cudaProfilerStop, the only kernels ncu profiles (an NVTX range would miss the backward: autograd
-launches it from its own thread). ncu keeps
+For each variant (as bench_kernels.py names them) the script runs itself under ncu: the variant warms up, then runs
+one call between cudaProfilerStart and cudaProfilerStop, the only kernels ncu profiles (an NVTX range would miss the
+backward: autograd launches it from its own thread). The cuTile kernels take the machine's tuning cache, else their
+defaults. With --autotune the script first runs the variant once without ncu, which tunes what the cache lacks
+(tuning keeps its choices on disk; under ncu every launch is slowed, so it would choose on wrong times), and the run
+under ncu then finds every choice cached. ncu keeps
 the clocks as it finds them (--clock-control none). Each variant's report (OUT/SHAPE_VARIANT.ncu-rep) is exported to
 CSV beside it (ncu's raw page, one row per kernel, cut to the columns below), and a table prints per kernel:
 duration; DRAM bytes read and written; DRAM, L2 and SM throughput in % of peak; achieved occupancy; registers per
@@ -164,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
+    root = str(Path(__file__).resolve().parents[1])  # the inner runs import kernels and scripts from here
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     for variant in variants:
         csv_path = profile(args.shape, variant, out, args.autotune)
         print(f"\n{args.shape}, {variant} ({csv_path}):\n{summarize(csv_path)}")

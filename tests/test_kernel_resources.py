@@ -43,14 +43,26 @@ def test_an_unknown_kernel_is_one_clear_error():
         kernel_resources.launched("nope_kernel_Kt1_I4", None)
 
 
-def test_sass_counts_memory_and_special_function_instructions_with_modifiers():
+def test_sass_counts_memory_special_function_and_warpgroup_instructions_with_modifiers():
     sass = """
+        /*0100*/                   WARPGROUP.ARRIVE ;
+        /*0110*/                   HGMMA.64x32x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT ;
         /*0120*/                   LDG.E.128 R4, desc[UR6][R2.64] ;
         /*0130*/                   LDG.E.128 R8, desc[UR6][R2.64+0x10] ;
         /*0140*/                   MUFU.EX2 R5, R5 ;
         /*0150*/                   FFMA R5, R5, R6, R7 ;
         /*0160*/                   STG.E.U16 desc[UR6][R10.64], R5 ;
         /*0170*/                   UTMALDG.2D [UR8], [UR4] ;
+        /*0180*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
     """
     found = kernel_resources.SASS_OPS.findall(sass)
-    assert sorted(found) == ["LDG.E.128", "LDG.E.128", "MUFU.EX2", "STG.E.U16", "UTMALDG.2D"]
+    assert sorted(found) == [
+        "HGMMA.64x32x16.F32.BF16",
+        "LDG.E.128",
+        "LDG.E.128",
+        "MUFU.EX2",
+        "STG.E.U16",
+        "UTMALDG.2D",
+        "WARPGROUP.ARRIVE",
+        "WARPGROUP.DEPBAR.LE",
+    ]

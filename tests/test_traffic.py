@@ -56,6 +56,8 @@ def test_constants_set_the_chunk_size_the_optional_inputs_and_the_dbc_blocks():
     assert stage_traffic("compute_out", TINY, {"HAS_D": False}).read == X + 2 * BC + 2 * ROW + STATES
     assert stage_traffic("chunk_cumsum", TINY, {"HAS_BIAS": False}).read == DT + VEC
     assert stage_traffic("chunk_cumsum_bwd", TINY, {"HAS_BIAS": False, "SOFTPLUS": False}).read == 4 * ROW + VEC
+    assert stage_traffic("chunk_cumsum_bwd", TINY, {"SOFTPLUS": False}).read == 4 * ROW + VEC  # no dt, no dt_bias
+    assert stage_traffic("chunk_cumsum_bwd", TINY, {"HAS_BIAS": False}).read == 4 * ROW + VEC + DT
     assert stage_traffic("bwd_dbc", TINY, {"TILE_N": 4}).write == 2 * BC + 2 * ROW  # n 8 in two blocks of 4
     assert stage_traffic("bwd_dbc", TINY, {"TILE_N": 16}).write == 2 * BC + ROW  # a padded tile: one block
 

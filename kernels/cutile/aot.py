@@ -26,6 +26,7 @@ from kernels.cutile.bwd_pass_state import bwd_pass_state_kernel
 from kernels.cutile.causal_conv import (
     BWD_TILES,
     DEFAULT_BWD,
+    DEFAULT_DX,
     DEFAULT_FWD,
     FWD_TILES,
     conv_bwd_dx_kernel,
@@ -180,7 +181,7 @@ def conv_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
     for stage, kernel, tiles, default in (
         ("conv_fwd", conv_fwd_kernel, FWD_TILES, DEFAULT_FWD),
         ("conv_bwd_gv", conv_bwd_gv_kernel, BWD_TILES, DEFAULT_BWD),
-        ("conv_bwd_dx", conv_bwd_dx_kernel, FWD_TILES, DEFAULT_FWD),
+        ("conv_bwd_dx", conv_bwd_dx_kernel, FWD_TILES, DEFAULT_DX),
     ):
         first = (default.TILE_T, default.TILE_C)
         cases = [(name, 4, first, True) for name in DTYPES] + [("bfloat16", 4, tile, False) for tile in tiles]

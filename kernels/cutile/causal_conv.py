@@ -126,9 +126,9 @@ class ConvConfig:
 # their k column sums for dw; its dx kernel takes the forward's tiles.
 FWD_TILES = ((16, 64), (16, 128), (16, 256), (32, 64), (32, 128), (64, 64))
 BWD_TILES = ((16, 64), (16, 128), (32, 64), (64, 64), (64, 128))
-# The backward's default is its gv kernel's fastest tile at one layer of the medium model's step (tuned, bf16:
+# The backward's defaults are its two kernels' fastest tiles at one layer of the medium model's step (tuned, bf16:
 # results/probes/layers_two_pass_and_occupancy_2026-12-01.txt); its dx kernel takes the forward's tiles.
-DEFAULT_FWD, DEFAULT_BWD = ConvConfig(32, 128), ConvConfig(64, 128)
+DEFAULT_FWD, DEFAULT_BWD, DEFAULT_DX = ConvConfig(32, 128), ConvConfig(64, 128), ConvConfig(16, 128)
 
 
 def fwd_space() -> list[ConvConfig]:
@@ -215,7 +215,7 @@ def conv_bwd(
         return grid, conv_bwd_dx_kernel, (gv, w32, dx, k, cfg.TILE_T, cfg.TILE_C)
 
     cfg = launch("conv_bwd", _key(x, k), DEFAULT_BWD, bwd_space, spec_gv, x.device)
-    launch("conv_bwd_dx", _key(x, k), DEFAULT_FWD, fwd_space, spec_dx, x.device)
+    launch("conv_bwd_dx", _key(x, k), DEFAULT_DX, fwd_space, spec_dx, x.device)
     dw, db = parts[cfg.TILE_T]
     dweight = dw.sum((0, 1)).to(weight.dtype)
     dbias = None if bias is None else db.sum((0, 1)).to(bias.dtype)

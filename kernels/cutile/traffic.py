@@ -17,7 +17,7 @@ floor's. With c = ⌈l / Q⌉ chunks (the per-token float32 arrays are allocated
     bwd_dbc         x, dy, B, C, dt_out, dA_cumsum, chunk_states, dstates   dB, dC (b, l, g, n),
                                                                             da_inter (blocks, b, h, c·Q)
     chunk_cumsum_bwd  ddt_dir, da_intra, da_inter (summed over its          ddt (b, l, h) in dt's dtype,
-                    blocks), dt_out, A, dt (b, l, h) with softplus,         partial sums (2, b, c, h)
+                    blocks), dt_out, A; with softplus dt (b, l, h) and      partial sums (2, b, c, h)
                     dt_bias (h,) if given
 
 x, dy, y, dx, B, C, dB, dC are in the input dtype, dt in `dt_dtype` (float32 as scripts/bench_kernels.py passes it),
@@ -148,7 +148,8 @@ def stage_traffic(stage: str, shape: SSDShape, constants: Mapping[str, int | boo
         blocks = math.ceil(n / k.get("TILE_N", n))
         return Traffic(2 * heads + 2 * groups + 2 * rows + 2 * states, 2 * groups + blocks * rows)
     if stage == "chunk_cumsum_bwd":
-        read = 4 * rows + vector + vector * k.get("HAS_BIAS", True) + dt * k.get("SOFTPLUS", True)
+        softplus = k.get("SOFTPLUS", True)  # the raw dt and dt_bias are read for the softplus factor only
+        read = 4 * rows + vector + (vector * k.get("HAS_BIAS", True) + dt) * softplus
         return Traffic(read, dt + 2 * F32 * b * c * h)
     raise ValueError(f"unknown stage {stage!r}; the cuTile stages are {', '.join(STAGES)}")
 
