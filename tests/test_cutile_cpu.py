@@ -4,6 +4,7 @@ toolchain check says what is wrong, and the backward op's reference path equals 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 import stat
 
@@ -104,6 +105,19 @@ def test_backward_op_equals_reference_autograd():
         assert got.is_contiguous()
     absent = cutile_ssd.ssd_bwd(dy, None, x, dt, A, B, C, 16, None, None, True, None, "reference")
     assert absent[5].numel() == absent[6].numel() == absent[7].numel() == 0
+
+
+def test_cutile_passes_keep_the_reference_passes_contracts():
+    """Each stage the cuTile backward composes takes the arguments of its reference stage, by name, order and
+    default (the GPU tests compare their results), and is a kernel CI compiles."""
+    from kernels.reference_backward import REFERENCE, Passes
+
+    compiled = {label.split("[")[0] for label, _, _ in aot.every_signature()}
+    for stage in Passes._fields:
+        ours, reference = getattr(cutile_ssd.CUTILE, stage), getattr(REFERENCE, stage)
+        params = [(p.name, p.default) for p in inspect.signature(ours).parameters.values()]
+        assert params == [(p.name, p.default) for p in inspect.signature(reference).parameters.values()], stage
+        assert ours.__module__ == f"kernels.cutile.{stage}" and stage in compiled, stage
 
 
 def test_tuning_choice_is_decided_once_per_shape(tmp_path, monkeypatch):
