@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import os
+import signal
 import struct
 import subprocess
 import sys
@@ -73,6 +74,13 @@ def gpu_model_args(backend: str, backward: str, compile_model: bool, compile_mod
         "--model.config.chunk_size=64",
         "--data.seq_len=256",
     ]
+
+
+def default_sigint() -> None:
+    """For `preexec_fn`: SIGINT at its default in the child, as a terminal's Ctrl-C finds it. A test run started in
+    the background of a non-interactive shell (`pytest &` in a script) has SIGINT ignored, children inherit that,
+    and a Ctrl-C test would then send a signal nobody receives."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def subprocess_env(keep_devices: bool = False) -> dict[str, str]:

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers import default_sigint
+
 ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.slow
@@ -175,6 +177,7 @@ def test_ab_kernels_stops_at_ctrl_c(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, as a terminal's foreground job
+        preexec_fn=default_sigint,
     )
     try:
         deadline = time.monotonic() + 60

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import train
-from tests.helpers import tiny_args
+from tests.helpers import default_sigint, tiny_args
 from tests.test_errors import _fails_in_one_line
 
 pytestmark = pytest.mark.slow
@@ -76,6 +76,7 @@ def test_ctrl_c_while_the_libraries_load_ends_in_one_line(tmp_path):
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
+        preexec_fn=default_sigint,
     )
     try:
         lines = []
