@@ -29,6 +29,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lightning_modules.measure.kernel_names import short_name
+
 SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "MemoryWorkloadAnalysis")
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 STALL = re.compile(r"smsp__average_warps?_issue_stalled_(\w+?)_per_issue_active\.ratio")
@@ -44,13 +46,6 @@ COLUMNS = {  # table column -> raw metric
     "occ %": "sm__warps_active.avg.pct_of_peak_sustained_active",
     "regs": "launch__registers_per_thread",
 }
-
-
-def short_name(kernel: str) -> str:
-    """A cuTile kernel's stage (its mangled name up to the signature), a Triton kernel's name, a C++ kernel's
-    function without its template arguments."""
-    kernel = kernel.split("_Kt")[0]
-    return re.sub(r"<.*", "", kernel.removeprefix("void ")).split("(")[0][:48]
 
 
 def number(value: str) -> float | None:
@@ -80,7 +75,7 @@ def summarize(csv_path: Path) -> str:
     ]
     lines = ["kernel".ljust(48) + "".join(h.rjust(11) for h in COLUMNS) + "  top stalls (warps per issue)"]
     for row in kernels:
-        name = short_name(row[col["Kernel Name"]]) if "Kernel Name" in col else "?"
+        name = short_name(row[col["Kernel Name"]])[:47] if "Kernel Name" in col else "?"  # as BENCHMARKS.md names it
         cells = []
         for metric in COLUMNS.values():
             v = number(row[col[metric]]) if metric in col else None

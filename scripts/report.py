@@ -20,7 +20,6 @@ predicted step speedup is 1 / ((1 - s) + s / k).
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
 import re
@@ -29,10 +28,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from kernels.cutile.traffic import Profiled
+from lightning_modules.measure.kernel_names import cutile_kernel, short_name
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADLINE_START, HEADLINE_END = "<!-- headline:start -->", "<!-- headline:end -->"
@@ -295,7 +292,6 @@ def kernel_section(runs: list[dict], kpool: Pool, base: str) -> str:
 # ---- the SSD alone, per kernel --------------------------------------------------------------------------
 
 OTHER = "other kernels"  # the call's GPU time less that of the kernels its record lists
-FUNCTOR = re.compile(r"\b\w*(?:Functor|functor)\w*|\b\w+_kernel(?:_cuda)?\b")  # what a C++ kernel was built with
 
 
 def traffic():
@@ -303,30 +299,6 @@ def traffic():
     from kernels.cutile import traffic as module
 
     return module
-
-
-@functools.cache
-def cutile_kernel(name: str) -> Profiled | None:
-    """The cuTile SSD stage and constants of a profiled kernel's name (kernels.cutile.traffic.profiled), or None."""
-    return traffic().profiled(name)
-
-
-def short_name(name: str) -> str:
-    """A profiled kernel's name as shown: a cuTile stage's name; another kernel's function name (with its namespace
-    where the name alone is `kernel`) and the functor or first named template argument it was instantiated with."""
-    found = cutile_kernel(name)
-    if found:
-        return found.stage
-    depth, outside = 0, []
-    for ch in name:  # the name without its template arguments and parameter lists
-        depth += (ch in "<(") - (ch in ">)")
-        outside += [ch] if depth == 0 and ch not in ">)" else []
-    parts = ("".join(outside).split() or [name])[-1].split("::")
-    function = "::".join(parts[-2:]) if parts[-1] == "kernel" else parts[-1]
-    functors = [f for f in FUNCTOR.findall(name) if f != parts[-1]]
-    first = re.match(r"[^<(]*<\s*([A-Za-z]\w*_\w+)", name)  # the first template argument, when it is a name
-    detail = functors[-1] if functors else first[1] if first else None
-    return f"{function} ({detail})" if detail else function
 
 
 def shown_names(names: Iterable[str]) -> dict[str, str]:
