@@ -51,15 +51,19 @@ def _states(name: str):
     return DTYPES[str(states_dtype(getattr(torch, name))).removeprefix("torch.")]
 
 
-def _array(dtype, ndim: int):
+def _array(dtype, ndim: int, index_dtype=ct.int64, divisible: tuple[int, ...] = (), base: int = 1):
+    """An array argument with its last stride 1. CI's signatures assume nothing more; a launch's specialization
+    (results/probes) may also give 32-bit indices, the other strides' divisors and the base address's."""
     return ctc.ArrayConstraint(
         dtype,
         ndim,
-        index_dtype=ct.int64,
+        index_dtype=index_dtype,
         stride_lower_bound_incl=0,
         alias_groups=(),
         may_alias_internally=False,
         stride_constant=[None] * (ndim - 1) + [1],
+        stride_divisible_by=[*divisible, 1] if divisible else 1,
+        base_addr_divisible_by=base,
     )
 
 

@@ -20,7 +20,7 @@ import argparse
 import cuda.tile as ct
 from cuda.tile import compilation as ctc
 
-from kernels.cutile import rms_norm
+from kernels.cutile import aot, rms_norm
 from kernels.cutile.variant import load_variant
 from scripts.kernel_resources import resources
 
@@ -45,18 +45,9 @@ def signature(params, like: ctc.KernelSignature) -> ctc.KernelSignature:
 
 
 def array(dtype, ndim: int, divisible: tuple[int, ...]) -> ctc.ArrayConstraint:
-    """An array as the step launched them: last stride 1, the others divisible by `divisible`, 16-byte base."""
-    return ctc.ArrayConstraint(
-        dtype,
-        ndim,
-        index_dtype=ct.int32,
-        stride_lower_bound_incl=0,
-        alias_groups=(),
-        may_alias_internally=False,
-        stride_constant=[None] * (ndim - 1) + [1],
-        stride_divisible_by=[*divisible, 1],
-        base_addr_divisible_by=16,
-    )
+    """An array as the step launched them: 32-bit indices, last stride 1, the others divisible by `divisible`,
+    16-byte base."""
+    return aot._array(dtype, ndim, ct.int32, divisible, 16)
 
 
 def main() -> None:
