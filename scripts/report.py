@@ -7,8 +7,8 @@ A benchmark is a series of runs, DIR/NAME.json and DIR/NAME_run<N>.json, each wr
 scripts/bench_kernels.py, scripts/bench_step.py or scripts/bench_scaling.py with the same settings (the
 scaling series is optional: without --scaling, scaling_h200x2 is rendered when DIR holds it). A figure is
 the median across runs of each run's own figure, with [min–max] when there are several. "X over triton" is triton's time
-over X's (above 1: X is faster), taken within each run, where the backends alternate, before pooling. The SSD
-alone is also shown per kernel, each cuTile stage against its memory floor (kernels/cutile/traffic.py).
+over X's (above 1: X is faster), taken within each run, where the backends alternate, before pooling. The
+backward alone (pass "bwd") is each run's forward + backward less its forward. The SSD alone is also shown per kernel, each cuTile stage against its memory floor (kernels/cutile/traffic.py).
 Backends, shapes, modes and captions are read from the JSON; plots and reconciliation.json are written
 beside it, BENCHMARKS.md into --out, and README.md's headline block there is refreshed when present.
 This script states no conclusions: they live in results/notes.md, dated, naming the files they rest on.
@@ -33,7 +33,7 @@ from lightning_modules.measure.kernel_names import cutile_kernel, short_name
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADLINE_START, HEADLINE_END = "<!-- headline:start -->", "<!-- headline:end -->"
-MODE_NAMES = {"fwd": "forward", "fwd_bwd": "forward + backward"}
+MODE_NAMES = {"fwd": "forward", "fwd_bwd": "forward + backward", "bwd": "backward (forward + backward less forward)"}
 SHAPE_NAMES = {
     "seqlen": "L",
     "dstate": "n",
@@ -164,6 +164,8 @@ def load_series(results: Path, name: str, kind: str) -> list[dict]:
         run = json.loads(path.read_text())
         if run.get("kind") != kind:
             raise SystemExit(f"report.py: {path} has kind {run.get('kind')!r}, expected {kind!r}")
+        if kind == "bench_kernels":
+            run["records"] = run["records"] + backward_records(run["records"])
         runs.append({**run, "file": path})
 
     def measured(run: dict) -> dict:
@@ -175,6 +177,35 @@ def load_series(results: Path, name: str, kind: str) -> list[dict]:
         if diff:
             raise SystemExit(f"report.py: {run['file']} differs from {runs[0]['file']} in {', '.join(diff)}")
     return runs
+
+
+def backward_records(records: list[dict]) -> list[dict]:
+    """The backward alone, by subtraction within one process: a record of mode "bwd" for each forward + backward
+    record with a forward record of its backend at its shape, the one of its own backward where there are several
+    (the forward does not depend on the backward; bench_kernels times it once per backend)."""
+    forward: dict[tuple, list[dict]] = {}
+    for rec in records:
+        if rec["mode"] == "fwd" and "error" not in rec:
+            forward.setdefault((rec["backend"], json.dumps(rec["shape"], sort_keys=True)), []).append(rec)
+    out = []
+    for rec in records:
+        found = forward.get((rec["backend"], json.dumps(rec["shape"], sort_keys=True)), [])
+        found = [f for f in found if f.get("backward") == rec.get("backward")] if len(found) > 1 else found
+        if rec["mode"] != "fwd_bwd" or "error" in rec or len(found) != 1:
+            continue
+        (fwd,) = found
+        gpu = rec.get("gpu_ms") - fwd["gpu_ms"] if None not in (rec.get("gpu_ms"), fwd.get("gpu_ms")) else None
+        launches = [r.get("kernels_per_call") for r in (rec, fwd)]
+        out.append(
+            {
+                **{k: rec[k] for k in ("backend", "backward", "shape") if k in rec},
+                "mode": "bwd",
+                "gpu_ms": gpu,
+                "wall_ms": {"median": rec["wall_ms"]["median"] - fwd["wall_ms"]["median"]},
+                "kernels_per_call": launches[0] - launches[1] if None not in launches else None,
+            }
+        )
+    return out
 
 
 Pool = dict[tuple, dict[str, dict[str, Stat | None]]]

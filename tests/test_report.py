@@ -147,6 +147,14 @@ def test_report_pools_runs_and_renders_what_the_json_holds(tmp_path):
     kernel_table = text.split("## The SSD alone")[1].split("## The training step")[0]
     first = [kernel_table.index(f"| {name} |") for name in labels]
     assert first == sorted(first)
+    # The backward alone: forward + backward less forward, within each run (here 2x the forward's GPU time).
+    for name, key in (("cutile + cutile backward", "cutilecutile"), ("triton", "triton")):
+        gpu = [2 * w[key] / 2 for w in walls]
+        want = f"{ms(statistics.median(gpu))} [{ms(min(gpu))}–{ms(max(gpu))}]"
+        assert (
+            f"| bwd | 256 | {name} | " in kernel_table
+            and f"| {want} |" in kernel_table.split(f"| bwd | 256 | {name} |")[1].split("\n")[0]
+        )
     step_table = text.split("## The training step")[1].split("## Isolated speedup")[0]
     cutile = labels[0]
     for backend, mode in ((cutile, "eager"), ("stand-in", "eager"), (cutile, "compile"), ("triton", "compile")):
