@@ -17,8 +17,8 @@ from kernels.cutile import tuning
 from kernels.cutile.bwd_dbc import bwd_dbc, dbc_space
 from kernels.cutile.bwd_dx import bwd_dx, dx_space
 from kernels.cutile.bwd_pass_state import bwd_pass_state
-from kernels.cutile.chunk_cumsum import CumsumConfig, chunk_cumsum, search_space
-from kernels.cutile.chunk_cumsum_bwd import chunk_cumsum_bwd
+from kernels.cutile.chunk_cumsum import chunk_cumsum
+from kernels.cutile.chunk_cumsum_bwd import chunk_cumsum_bwd, search_space
 from kernels.cutile.compute_out import compute_out
 from kernels.cutile.fwd_pass_state import fwd_pass_state, states_dtype
 from kernels.testing import rel_err, stage_inputs
@@ -127,12 +127,12 @@ def test_chunk_cumsum_bwd(dt_dtype, l, h, bias, softplus):
             assert rel_err(a, b) < tol, name
 
 
-@pytest.mark.parametrize("tile_h", [cfg.TILE_H for cfg in search_space(24)])
-def test_every_tuning_configuration_of_chunk_cumsum_bwd(tile_h):
+@pytest.mark.parametrize("cfg", search_space(24), ids=str)
+def test_every_tuning_configuration_of_chunk_cumsum_bwd(cfg):
     args, want = cumsum_bwd_case(torch.bfloat16, 2 * 64 + 37, 24, True, True, seed=7)
-    with tuning.forced("chunk_cumsum_bwd", CumsumConfig(tile_h)) as launched:
+    with tuning.forced("chunk_cumsum_bwd", cfg) as launched:
         got = chunk_cumsum_bwd(*args)
-    assert launched == [CumsumConfig(tile_h)]
+    assert launched == [cfg]
     for name, a, b in zip(("ddt", "dA", "ddt_bias"), got, want):
         assert rel_err(a, b) < torch.finfo(torch.bfloat16).eps, name
 

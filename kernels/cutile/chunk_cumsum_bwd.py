@@ -15,11 +15,14 @@ SOFTPLUS_THRESHOLD, so there the factor is 1).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import cuda.tile as ct
 import torch
 
-from kernels.cutile.chunk_cumsum import SOFTPLUS_THRESHOLD, CumsumConfig, search_space
-from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch
+from kernels.cutile.chunk_cumsum import SOFTPLUS_THRESHOLD
+from kernels.cutile.chunk_cumsum import search_space as cumsum_space
+from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, with_hints
 
 
 @ct.kernel
@@ -66,6 +69,21 @@ def chunk_cumsum_bwd_kernel(
     ct.store(partials, index=(1, bi, ci, hj), tile=ct.sum(grad, axis=1).reshape((1, 1, 1, TILE_H)))
 
 
+@dataclass(frozen=True)
+class CumsumBwdConfig:
+    """Heads handled by one program (a power of two) and the occupancy hint: without one the compiler gives the
+    kernel 255 registers (sm_90, the launched specializations), two programs per SM; occupancy 4 builds it in 64
+    without spilling."""
+
+    TILE_H: int = 8
+    occupancy: int = 4
+
+
+def search_space(nheads: int) -> list[CumsumBwdConfig]:
+    """Configurations worth timing for this number of heads."""
+    return [CumsumBwdConfig(c.TILE_H, occ) for c in cumsum_space(nheads) for occ in (1, 2, 4)]
+
+
 def chunk_cumsum_bwd(
     ddt_dir: torch.Tensor,
     da_intra: torch.Tensor,
@@ -94,14 +112,14 @@ def chunk_cumsum_bwd(
     bias32 = A32 if dt_bias is None else dt_bias.to(torch.float32).contiguous()
     arrays = (ddt_dir.reshape(rows), da_intra.reshape(rows), da_inter.reshape(rows), dt_out.reshape(rows))
 
-    def spec(cfg: CumsumConfig) -> tuple[tuple[int, ...], object, tuple]:
+    def spec(cfg: CumsumBwdConfig) -> tuple[tuple[int, ...], object, tuple]:
         th = min(cfg.TILE_H, 1 << (h - 1).bit_length())
         grid = (b, nchunks, -(-h // th))
         args = (*arrays, dt, A32, bias32, ddt, partials, seqlen, chunk_size, th, dt_bias is not None, dt_softplus)
-        return grid, chunk_cumsum_bwd_kernel, args
+        return grid, with_hints(chunk_cumsum_bwd_kernel, cfg.occupancy), args
 
     key = f"b{b}_l{seqlen}_h{h}_Q{chunk_size}_{str(dt.dtype)[6:]}"
-    launch("chunk_cumsum_bwd", key, CumsumConfig(), lambda: search_space(h), spec, dt.device)
+    launch("chunk_cumsum_bwd", key, CumsumBwdConfig(), lambda: search_space(h), spec, dt.device)
     sums = partials.sum((1, 2))  # (2, h): dA, d dt_bias
     # d dt_bias gets memory of its own: the SSD's backward op may not return outputs that share it
     return ddt, sums[0], None if dt_bias is None else sums[1].clone()
