@@ -13,7 +13,7 @@
 # steps: each takes minutes, so N runs one process at a time (`kernels 1`, `kernels 2`, ...).
 # Process 1 of each series is preceded by scripts/precompile.py, which compiles tuning's candidates in
 # PRECOMPILE_JOBS (default: CPU cores) parallel processes (if it fails, process 1 compiles as it tunes). The
-# kernels series' processes took 183 s (117 s of it precompiling on 16 cores), 46 and 45 s on one H200
+# kernels series' processes took 203 s (135 s of it precompiling on 16 cores), 52 and 45 s on one H200
 # (2026-12-01). The step series have not run yet.
 # RESULTS (default results/) says where the JSON goes, OUT (default the repository) where BENCHMARKS.md and
 # README.md are.
