@@ -47,6 +47,7 @@ SHAPE_IN_CONFIG = {"dstate": "d_state", "headdim": "headdim", "chunk_size": "chu
 HEADLINE_RUNS = 3  # a headline figure is the median of at least this many separate processes
 STANDIN = "standin"  # bench_step's row with the SSD replaced by y = x·D: the rest of the step, not a backend
 BACKEND_KEYS = ("ssd_backend", "ssd_backward")  # model config fields a record's backend label already gives
+GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile modes that replay CUDA graphs: no launch overhead
 PEAK = "peak_bf16_tflops"  # the dense bf16 peak MFU is taken over, where the step JSON records it
 STEP_COLUMNS = {  # record["median"] field -> column
     "step_ms": "step ms",
@@ -655,9 +656,10 @@ def reconcile_figures(kpool: Pool) -> Callable[[dict, dict | None, dict], dict]:
         if base is None or base is rec or not ratio(b_ssd, x_ssd):
             return {"measured": None}
         k_iso = {}
+        clock = "gpu_over_base" if rec.get("compile_mode") in GRAPH_MODES else "wall_over_base"
         for mode in ("fwd_bwd", "fwd"):
             key = isolated_key(kpool, rec, mode)
-            stat = kpool[key].get(label(rec), {}).get("wall_over_base") if key else None
+            stat = kpool[key].get(label(rec), {}).get(clock) if key else None
             k_iso[mode] = stat.median if stat else None
         s, s_fwd = b_ssd / b["step_ms"], (b["ssd_forward_ms"] / b["step_ms"] if marks else None)
         k_in, k_in_fwd = b_ssd / x_ssd, ratio(b["ssd_forward_ms"], x["ssd_forward_ms"])
@@ -740,7 +742,9 @@ def reconcile_section(rec: list[dict], base: str, kpool: Pool) -> str:
             "## Isolated speedup vs step speedup (Amdahl)",
             "",
             f"Speedups are the backend's over {base} (above 1: faster). s is the SSD's share of the {base} step; "
-            "*k isolated* is the wall-clock ratio from the SSD-alone benchmark at the same L and SSD dimensions, "
+            "*k isolated* is the ratio from the SSD-alone benchmark at the same L and SSD dimensions, of wall "
+            "clock, or of GPU time for steps replayed as CUDA graphs (compile modes reduce-overhead and "
+            "max-autotune), whose launches cost the host nothing; "
             "*k in step* the ratio of the SSD's own time inside the step; predicted = 1 / ((1 - s) + s / k). "
             "*SSD time*: *marks*, the SSD's own CUDA events (eager steps); *stand-in*, the step's time minus the "
             "stand-in step's (compiled graphs carry no marks; used for both backends of a row unless both have "

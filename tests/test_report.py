@@ -306,7 +306,10 @@ def compiled_step_run(triton_ms: float, compile_mode: str | None) -> dict:
 
 
 def test_report_renders_step_series_per_compile_mode_and_compiled_amdahl_by_subtraction(tmp_path):
-    write(tmp_path / "kernels_t.json", kernel_run({"cutilereference": 0.5, "triton": 1.0, "cutilecutile": 0.25}))
+    kernels = kernel_run({"cutilereference": 0.5, "triton": 1.0, "cutilecutile": 0.25})
+    for rec in kernels["records"]:  # the cuTile backward's GPU time = its wall time: GPU ratio half the wall one
+        rec["gpu_ms"] *= 2 if rec.get("backward") == "cutile" else 1
+    write(tmp_path / "kernels_t.json", kernels)
     triton_ms = (120.0, 100.0, 110.0)
     for i, t in enumerate(triton_ms, 1):
         run = compiled_step_run(t, None)
@@ -347,6 +350,11 @@ def test_report_renders_step_series_per_compile_mode_and_compiled_amdahl_by_subt
     assert row["ssd_by_subtraction"]["median"] == 1.0 and row["forward_only_prediction"] is None
     assert row["predicted_from_in_step"] is None  # it would equal the measured speedup by construction
     assert "| stand-in |" in text.split("## Isolated speedup")[1]
+    # k isolated: the wall-clock ratio for steps that launch from the host, the GPU-time ratio under CUDA graphs
+    (graphs,) = [r for r in rows if r["mode"] == "compile reduce-overhead"]
+    wall = 1.0 / 0.25  # triton over cutile + cutile backward at L 1024 (both scale alike with L)
+    assert row["k_isolated_fwd_bwd"]["median"] == pytest.approx(wall)
+    assert graphs["k_isolated_fwd_bwd"]["median"] == pytest.approx(wall / 2)
 
 
 def test_report_keeps_step_series_apart_and_shows_only_rows_every_run_measured(tmp_path):
