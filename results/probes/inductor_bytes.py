@@ -6,7 +6,8 @@ tokens. Inductor writes its post-fusion IR (ir_post_fusion.txt); each top-level 
 reads each buffer it depends on once (at most that buffer's size: broadcast weights count once) and writes each
 buffer another node or the graph's output reads. The CPU's fusion decisions are Inductor's scheduler's, as on
 the GPU, though a GPU build may split or fuse some reductions otherwise; the partition between forward and
-backward (what is saved, what is recomputed) is the same.
+backward (what is saved, what is recomputed) is the same. Inductor realizes a reused pointwise result on the CPU
+whenever it holds an exp, sigmoid or the like, a rule its GPU builds do not have: the probe turns it off.
 
     python results/probes/inductor_bytes.py [--tokens 512] [--top 12]
 """
@@ -81,12 +82,22 @@ def mb(moved: dict[str, int]) -> str:
 def compile_block(tokens: int, trace_dir: str) -> None:
     import torch
     import torch._inductor.config as inductor
+    import torch._inductor.ir as inductor_ir
 
     sys.path.insert(0, str(ROOT))
     from lightning_modules.model.mamba2 import Mamba2Block, Mamba2Config
     from scripts.bench_step import ssd_standin
 
     inductor.trace.enabled, inductor.trace.debug_dir = True, trace_dir
+    box = inductor_ir.StorageBox
+
+    def gpu_reuse_rule(self, users: int, *, graph_reuse: bool = True) -> bool:
+        """StorageBox.should_realize_on_reuse without its CPU-only rule (realize any reused exp, sigmoid, ...)."""
+        if users > 1 and isinstance(self.data, (inductor_ir.Pointwise, inductor_ir.Reduction)):
+            return self.has_large_inner_fn() or (graph_reuse and self.num_reads() > inductor.realize_reads_threshold)
+        return False
+
+    box.should_realize_on_reuse = gpu_reuse_rule
     cfg = Mamba2Config(d_model=768, n_layer=1, d_state=128, headdim=64, expand=2, chunk_size=128, vocab_size=16384)
     block = Mamba2Block(cfg, 0, ssd=ssd_standin)
 
