@@ -9,7 +9,7 @@ the GPU, though a GPU build may split or fuse some reductions otherwise; the par
 backward (what is saved, what is recomputed) is the same. Inductor realizes a reused pointwise result on the CPU
 whenever it holds an exp, sigmoid or the like, a rule its GPU builds do not have: the probe turns it off.
 
-    python results/probes/inductor_bytes.py [--tokens 512] [--top 12]
+    python results/probes/inductor_bytes.py [--tokens 512] [--top 12] [--realize-reads N]
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def mb(moved: dict[str, int]) -> str:
     return ", ".join(f"{buf} {v / 1e6:.2f}" for buf, v in moved.items())
 
 
-def compile_block(tokens: int, trace_dir: str) -> None:
+def compile_block(tokens: int, trace_dir: str, realize_reads: int | None) -> None:
     import torch
     import torch._inductor.config as inductor
     import torch._inductor.ir as inductor_ir
@@ -89,6 +89,8 @@ def compile_block(tokens: int, trace_dir: str) -> None:
     from scripts.bench_step import ssd_standin
 
     inductor.trace.enabled, inductor.trace.debug_dir = True, trace_dir
+    if realize_reads is not None:
+        inductor.realize_reads_threshold = realize_reads
     box = inductor_ir.StorageBox
 
     def gpu_reuse_rule(self, users: int, *, graph_reuse: bool = True) -> bool:
@@ -113,10 +115,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--top", type=int, default=12, help="kernels listed per graph, largest first")
+    ap.add_argument(
+        "--realize-reads",
+        type=int,
+        default=None,
+        help="Inductor's realize_reads_threshold: a reused pointwise result with more inputs is written out",
+    )
     args = ap.parse_args()
     os.environ["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"  # a cached graph writes no IR
     with tempfile.TemporaryDirectory() as trace_dir:
-        compile_block(args.tokens, trace_dir)
+        compile_block(args.tokens, trace_dir, args.realize_reads)
         for graph in ("forward", "backward"):
             (path,) = Path(trace_dir).glob(f"torchinductor/*_{graph}_*/ir_post_fusion.txt")
             nodes = kernels(path)
