@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The stand-in step (the rest of the step) of the medium model under CUDA graphs: production and each variant of
+# the layers' compiled code, one process each, alternating, for the rounds named. A variant is patches of
+# results/variants/ applied before its process and reverted after it.
+#
+#   results/probes/step_variants_ab.sh OUTDIR ROUND...      # e.g. OUTDIR 1 2 3, or one round per call
+#
+# OUTDIR gets standin_<variant>_run<ROUND>.json and .log per process (about 80 s each on one H200).
+set -u
+out=${1:?usage: results/probes/step_variants_ab.sh OUTDIR ROUND...}
+shift
+cd "$(dirname "$0")/../.."
+declare -A patches=(
+    [production]=""
+    [conv_function]="results/variants/conv_function.patch"
+    [realize_reads]="results/variants/inductor_realize_reads.patch"
+    [both]="results/variants/conv_function.patch results/variants/inductor_realize_reads.patch"
+)
+mkdir -p "$out"
+for round in "$@"; do
+    for variant in production conv_function realize_reads both; do
+        for p in ${patches[$variant]}; do patch -p1 -s --no-backup-if-mismatch <"$p" || exit 1; done
+        python scripts/bench_step.py --configs medium --modes compile --compile_mode reduce-overhead --backends standin \
+            --quick --no-autotune --out "$out/standin_${variant}_run$round.json" >"$out/standin_${variant}_run$round.log" 2>&1
+        echo "round $round $variant: exit $? $(grep -o 'step *[0-9.]* ms' "$out/standin_${variant}_run$round.log" | head -1)"
+        for p in ${patches[$variant]}; do patch -p1 -R -s --no-backup-if-mismatch <"$p" || exit 1; done
+    done
+done
