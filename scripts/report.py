@@ -8,7 +8,8 @@ scripts/bench_kernels.py, scripts/bench_step.py or scripts/bench_scaling.py with
 scaling series is optional: without --scaling, scaling_h200x2 is rendered when DIR holds it). A figure is
 the median across runs of each run's own figure, with [min–max] when there are several. "X over triton" is triton's time
 over X's (above 1: X is faster), taken within each run, where the backends alternate, before pooling. The
-backward alone (pass "bwd") is each run's forward + backward less its forward. The SSD alone is also shown per kernel, each cuTile stage against its memory floor (kernels/cutile/traffic.py).
+backward alone (pass "bwd") is each run's forward + backward less its forward. The SSD alone is also shown per
+kernel, each cuTile stage against its memory floor (kernels/cutile/traffic.py).
 Backends, shapes, modes and captions are read from the JSON; plots and reconciliation.json are written
 beside it, BENCHMARKS.md into --out, and README.md's headline block there is refreshed when present.
 This script states no conclusions: they live in results/notes.md, dated, naming the files they rest on.
