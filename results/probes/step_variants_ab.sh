@@ -10,15 +10,16 @@ set -u
 out=${1:?usage: results/probes/step_variants_ab.sh OUTDIR ROUND...}
 shift
 cd "$(dirname "$0")/../.."
+reads=results/variants/inductor_realize_reads.patch
 declare -A patches=(
     [production]=""
-    [conv_function]="results/variants/conv_function.patch"
-    [realize_reads]="results/variants/inductor_realize_reads.patch"
-    [both]="results/variants/conv_function.patch results/variants/inductor_realize_reads.patch"
+    [realize_reads]="$reads"
+    [reads_padding]="$reads results/variants/conv_recompute_padding.patch"
+    [reads_function]="$reads results/variants/conv_function.patch"
 )
 mkdir -p "$out"
 for round in "$@"; do
-    for variant in production conv_function realize_reads both; do
+    for variant in production realize_reads reads_padding reads_function; do
         for p in ${patches[$variant]}; do patch -p1 -s --no-backup-if-mismatch <"$p" || exit 1; done
         python scripts/bench_step.py --configs medium --modes compile --compile_mode reduce-overhead --backends standin \
             --quick --no-autotune --out "$out/standin_${variant}_run$round.json" >"$out/standin_${variant}_run$round.log" 2>&1
