@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import cuda.tile as ct
 import torch
 
-from kernels.cutile.launch import ConstBool, ConstInt, launch
+from kernels.cutile.launch import ConstBool, ConstInt, launch, next_pow2
 
 LOG2E = math.log2(math.e)  # exp(v) = exp2(v * LOG2E) in the stages that use exp2
 SOFTPLUS_THRESHOLD = 20.0  # as torch.nn.functional.softplus: identity above it
@@ -65,8 +65,26 @@ class CumsumConfig:
 
 def search_space(nheads: int) -> list[CumsumConfig]:
     """Configurations worth timing for this number of heads."""
-    top = 1 << (nheads - 1).bit_length()
-    return [CumsumConfig(th) for th in (1, 2, 4, 8, 16) if th <= top]
+    return [CumsumConfig(th) for th in (1, 2, 4, 8, 16) if th <= next_pow2(nheads, floor=1)]
+
+
+def head_params(A: torch.Tensor, dt_bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A and dt_bias as the per-head kernels (this one and chunk_cumsum_bwd) read them: (h,) float32, contiguous.
+    Without dt_bias, A stands in for it (the kernel does not read it then)."""
+    A32 = A.to(torch.float32).contiguous()
+    return A32, A32 if dt_bias is None else dt_bias.to(torch.float32).contiguous()
+
+
+def head_grid(b: int, nchunks: int, h: int, tile_h: int) -> tuple[tuple[int, int, int], int]:
+    """One program per (batch, chunk, head tile): the grid and TILE_H, capped at the heads' power of two."""
+    th = min(tile_h, next_pow2(h, floor=1))
+    return (b, nchunks, -(-h // th)), th
+
+
+def dt_key(dt: torch.Tensor, chunk_size: int) -> str:
+    """The tuning key of the per-head kernels: dt (b, l, h), chunk size, dt's dtype."""
+    b, seqlen, h = dt.shape
+    return f"b{b}_l{seqlen}_h{h}_Q{chunk_size}_{str(dt.dtype)[6:]}"
 
 
 def chunk_cumsum(
@@ -88,16 +106,13 @@ def chunk_cumsum(
     nchunks = -(-seqlen // chunk_size)
     dt_out = torch.empty((b, h, nchunks * chunk_size), device=dt.device, dtype=torch.float32)
     dA_cumsum = torch.empty_like(dt_out)
-    A32 = A.to(torch.float32).contiguous()
-    bias32 = A32 if dt_bias is None else dt_bias.to(torch.float32).contiguous()
+    A32, bias32 = head_params(A, dt_bias)
 
     def spec(cfg: CumsumConfig) -> tuple[tuple[int, ...], object, tuple]:
-        th = min(cfg.TILE_H, 1 << (h - 1).bit_length())
-        grid = (b, nchunks, -(-h // th))
+        grid, th = head_grid(b, nchunks, h, cfg.TILE_H)
         args = (dt, A32, bias32, dt_out, dA_cumsum, seqlen, chunk_size, th, dt_bias is not None, dt_softplus)
         return grid, chunk_cumsum_kernel, args
 
-    key = f"b{b}_l{seqlen}_h{h}_Q{chunk_size}_{str(dt.dtype)[6:]}"
-    launch("chunk_cumsum", key, CumsumConfig(), lambda: search_space(h), spec, dt.device)
+    launch("chunk_cumsum", dt_key(dt, chunk_size), CumsumConfig(), lambda: search_space(h), spec, dt.device)
     shape = (b, h, nchunks, chunk_size)
     return dt_out.view(shape), dA_cumsum.view(shape)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import cuda.tile as ct
 import torch
 
-from kernels.cutile.chunk_cumsum import SOFTPLUS_THRESHOLD
+from kernels.cutile.chunk_cumsum import SOFTPLUS_THRESHOLD, dt_key, head_grid, head_params
 from kernels.cutile.chunk_cumsum import search_space as cumsum_space
 from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, with_hints
 
@@ -108,17 +108,15 @@ def chunk_cumsum_bwd(
     rows = (b, h, nchunks * chunk_size)
     ddt = torch.empty(dt.shape, device=dt.device, dtype=dt.dtype)
     partials = torch.empty((2, b, nchunks, h), device=dt.device, dtype=torch.float32)
-    A32 = A.to(torch.float32).contiguous()
-    bias32 = A32 if dt_bias is None else dt_bias.to(torch.float32).contiguous()
+    A32, bias32 = head_params(A, dt_bias)
     arrays = (ddt_dir.reshape(rows), da_intra.reshape(rows), da_inter.reshape(rows), dt_out.reshape(rows))
 
     def spec(cfg: CumsumBwdConfig) -> tuple[tuple[int, ...], object, tuple]:
-        th = min(cfg.TILE_H, 1 << (h - 1).bit_length())
-        grid = (b, nchunks, -(-h // th))
+        grid, th = head_grid(b, nchunks, h, cfg.TILE_H)
         args = (*arrays, dt, A32, bias32, ddt, partials, seqlen, chunk_size, th, dt_bias is not None, dt_softplus)
         return grid, with_hints(chunk_cumsum_bwd_kernel, cfg.occupancy), args
 
-    key = f"b{b}_l{seqlen}_h{h}_Q{chunk_size}_{str(dt.dtype)[6:]}"
+    key = dt_key(dt, chunk_size)
     launch("chunk_cumsum_bwd", key, CumsumBwdConfig(), lambda: search_space(h), spec, dt.device)
     sums = partials.sum((1, 2))  # (2, h): dA, d dt_bias
     # d dt_bias gets memory of its own: the SSD's backward op may not return outputs that share it
