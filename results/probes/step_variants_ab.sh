@@ -4,8 +4,10 @@
 # results/variants/ applied before its process and reverted after it.
 #
 #   results/probes/step_variants_ab.sh OUTDIR ROUND...      # e.g. OUTDIR 1 2 3, or one round per call
+#   VARIANTS="production conv_function" results/probes/step_variants_ab.sh OUTDIR 1   # only the variants named
 #
-# OUTDIR gets standin_<variant>_run<ROUND>.json and .log per process (about 80 s each on one H200).
+# OUTDIR gets standin_<variant>_run<ROUND>.json and .log per process (about 80 s each on one H200). The default
+# variants are production, realize_reads, reads_padding and reads_function.
 set -u
 out=${1:?usage: results/probes/step_variants_ab.sh OUTDIR ROUND...}
 shift
@@ -13,13 +15,17 @@ cd "$(dirname "$0")/../.."
 reads=results/variants/inductor_realize_reads.patch
 declare -A patches=(
     [production]=""
+    [conv_function]="results/variants/conv_function.patch"
     [realize_reads]="$reads"
     [reads_padding]="$reads results/variants/conv_recompute_padding.patch"
     [reads_function]="$reads results/variants/conv_function.patch"
 )
+for variant in ${VARIANTS:-}; do
+    [[ -v patches[$variant] ]] || { echo "step_variants_ab: unknown variant $variant; choose from ${!patches[*]}" >&2 && exit 2; }
+done
 mkdir -p "$out"
 for round in "$@"; do
-    for variant in production realize_reads reads_padding reads_function; do
+    for variant in ${VARIANTS:-production realize_reads reads_padding reads_function}; do
         for p in ${patches[$variant]}; do patch -p1 -s --no-backup-if-mismatch <"$p" || exit 1; done
         python scripts/bench_step.py --configs medium --modes compile --compile_mode reduce-overhead --backends standin \
             --quick --no-autotune --out "$out/standin_${variant}_run$round.json" >"$out/standin_${variant}_run$round.log" 2>&1
