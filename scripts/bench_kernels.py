@@ -57,6 +57,7 @@ SWEEP = [Shape(4, l, 8, p, n) for p in (64, 128) for n in (64, 128) for l in (20
 TINY = [Shape(1, 96, 2, 16, 8, chunk_size=32, dtype="float32")]
 TOP_KERNELS = 16  # kernels per record whose GPU times are kept (a cuTile forward + backward launches 10 kinds)
 SHAPE_SETS = {"seed": [SEED], "step": [STEP], "sweep": SWEEP, "tiny": TINY}
+SHAPE_SETS |= {f"sweep_n{n}": [s for s in SWEEP if s.dstate == n] for n in (64, 128)}  # its halves, one call each
 MODES = ("fwd", "fwd_bwd")  # the forward alone (no autograd), forward + backward (gradients of every input)
 
 
@@ -213,18 +214,18 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"no backend of --backends {args.backends} can run here")
     env = environment()
     print(env, flush=True)
-    records = []
-    for shape in shapes:
-        records += bench_shape(shape, variants, modes, args.repeats, args.calls, device)
-    payload = {
+    base = {
         "kind": "bench_kernels",
         "environment": env,
         "ceilings": ceilings(),
         "settings": {**vars(args), "device": device, "skipped": skipped},
-        "records": records,
-        "tuning": kernels.tuning_choices(),  # the cuTile configurations the records ran
     }
-    print(f"wrote {write_json(args.out, payload)}")
+    records = []
+    for i, shape in enumerate(shapes, 1):
+        records += bench_shape(shape, variants, modes, args.repeats, args.calls, device)
+        # written after every shape, so that a run stopped part-way keeps what it measured
+        path = write_json(args.out, {**base, "records": records, "tuning": kernels.tuning_choices()})
+        print(f"shape {i}/{len(shapes)} done: wrote {path}", flush=True)
     return 0
 
 
