@@ -291,7 +291,9 @@ def ceilings_text(runs: list[dict]) -> str:
     )
 
 
-def kernel_section(runs: list[dict], kpool: Pool, base: str) -> str:
+def kernel_section(
+    runs: list[dict], kpool: Pool, base: str, title: str = "The SSD alone (scripts/bench_kernels.py)"
+) -> str:
     fields, fixed = varying(dict(k[1]) for k in kpool)
     header = ["pass", *(SHAPE_NAMES.get(f, f) for f in fields), "backend", "wall ms", "GPU ms"]
     header += [f"wall: over {base}", f"GPU: over {base}", "GB/s (of copy ceiling)", "launches", "warm-up s"]
@@ -308,7 +310,7 @@ def kernel_section(runs: list[dict], kpool: Pool, base: str) -> str:
             )
     return "\n".join(
         [
-            "## The SSD alone (scripts/bench_kernels.py)",
+            f"## {title}",
             "",
             *captions(runs),
             ceilings_text(runs),
@@ -320,6 +322,25 @@ def kernel_section(runs: list[dict], kpool: Pool, base: str) -> str:
             table(header, rows),
         ]
     )
+
+
+def sweep_section(runs: list[dict], kpool: Pool, base: str) -> str:
+    """The kernel table over a shape sweep, led by the lowest GPU-time ratio over the baseline of each backend."""
+    fields, _ = varying(dict(k[1]) for k in kpool)
+    lowest = []
+    for name in ordered(n for by in kpool.values() for n in by if n != base):
+        ratios = [
+            (by[name]["gpu_over_base"], key) for key, by in kpool.items() if by.get(name, {}).get("gpu_over_base")
+        ]
+        if ratios:
+            stat, key = min(ratios, key=lambda r: r[0].median)
+            lowest.append(f"{name} {cell(stat, times)} at {shape_text(dict(key[1]), fields)} ({key[0]})")
+    summary = f"Lowest GPU-time ratio over {base} across the sweep: " + "; ".join(lowest) + "." if lowest else ""
+    section = kernel_section(
+        runs, kpool, base, "The SSD over the shape sweep (scripts/bench_kernels.py --shapes sweep)"
+    )
+    head, _, rest = section.partition("\n\n")
+    return "\n\n".join([head, summary, rest]) if summary else section
 
 
 # ---- the SSD alone, per kernel --------------------------------------------------------------------------
@@ -1031,6 +1052,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help=f"series NAME of scripts/bench_scaling.py; default: {SCALING_DEFAULT} when present, else none",
     )
+    ap.add_argument("--sweep", default=None, help="series NAME of bench_kernels over the shape sweep (--shapes sweep)")
     ap.add_argument("--baseline", default="triton", help="the backend every ratio is taken over")
     args = ap.parse_args(argv)
 
@@ -1043,6 +1065,7 @@ def main(argv: list[str] | None = None) -> int:
     srun = [r for runs in sseries for r in runs]
     scaling = args.scaling or (SCALING_DEFAULT if series_files(args.results, SCALING_DEFAULT) else None)
     scrun = load_series(args.results, scaling, "bench_scaling") if scaling else []
+    swrun = load_series(args.results, args.sweep, "bench_kernels") if args.sweep else []
     base = args.baseline
     kpool = pool(krun, shape_key, kernel_figures, base)
     spool = pool(srun, step_key, step_figures, base)
@@ -1056,11 +1079,12 @@ def main(argv: list[str] | None = None) -> int:
     (args.results / "reconciliation.json").write_text(json.dumps(rec, indent=1) + "\n")
 
     out = args.out / "BENCHMARKS.md"
-    sources = ", ".join(f"{relative(r['file'], args.out)}" for r in [*krun, *srun, *scrun])
+    sources = ", ".join(f"{relative(r['file'], args.out)}" for r in [*krun, *swrun, *srun, *scrun])
     notes = args.results / "notes.md"
     head = headline(kpool, spool, krun, sseries, base, gpu, scpool, scrun)
     command = f"python scripts/report.py --kernels {args.kernels} --step {args.step}"
-    command += (f" --scaling {scaling}" if scaling else "") + (f" --baseline {base}" if base != "triton" else "")
+    command += (f" --scaling {scaling}" if scaling else "") + (f" --sweep {args.sweep}" if args.sweep else "")
+    command += f" --baseline {base}" if base != "triton" else ""
     parts = [
         "# Benchmarks",
         "",
@@ -1079,6 +1103,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         per_kernel_section(krun),
         "",
+        *([sweep_section(swrun, pool(swrun, shape_key, kernel_figures, base), base), ""] if swrun else []),
         step_section(sseries, spool, base),
         "",
         reconcile_section(rec, base, kpool),
