@@ -5,6 +5,7 @@
 #   scripts/headline.sh kernels [N]       # the SSD alone at the seed shape and the step's: bench_kernels.py, processes 1-3 or N
 #   scripts/headline.sh step [N]          # the medium model's training step, compiled (the configs' default): bench_step.py
 #   scripts/headline.sh step_graphs [N]   # the same step compiled with CUDA graphs (compile mode reduce-overhead)
+#   scripts/headline.sh sweep [N]         # the SSD forward alone over the 16 shapes of bench_kernels' sweep
 #   scripts/headline.sh report            # render what results/ holds (no GPU needed; every series above must exist)
 #
 # Backends alternate within each process; cuTile and Triton are both tuned and warmed before timing. Each
@@ -14,16 +15,17 @@
 # Process 1 of each series is preceded by scripts/precompile.py, which compiles tuning's candidates in
 # PRECOMPILE_JOBS (default: CPU cores) parallel processes (if it fails, process 1 compiles as it tunes). The
 # kernels series' processes took 203 s (135 s of it precompiling on 16 cores), 52 and 45 s on one H200
-# (2026-12-01). The step series have not run yet.
+# (2026-12-01); the sweep's 138 s (after 89 s of precompiling), 65 and 76 s. The step series have not run yet.
 # RESULTS (default results/) says where the JSON goes, OUT (default the repository) where BENCHMARKS.md and
 # README.md are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: scripts/headline.sh kernels|step|step_graphs|report}
+part=${1:?usage: scripts/headline.sh kernels|step|step_graphs|sweep|report}
 results=${RESULTS:-results}
 kernels_series=kernels_h200_headline
 step_series=step_h200_compiled
 graphs_series=step_h200_cudagraphs
+sweep_series=kernels_h200_sweep
 
 only=${2:-}
 case $only in "" | 1 | 2 | 3) ;; *) echo "scripts/headline.sh: process number must be 1, 2 or 3" >&2 && exit 2 ;; esac
@@ -40,9 +42,9 @@ run3() {  # run3 SERIES COMMAND...: processes 1-3 (or only $only); 1 writes SERI
     done
 }
 
-precompile() {  # precompile SHAPES: before process 1, compile tuning's candidates at bench_kernels' SHAPES
+precompile() {  # precompile SHAPES [OPTION...]: before process 1, compile tuning's candidates at bench_kernels' SHAPES
     if [ -z "$only" ] || [ "$only" = 1 ]; then
-        python scripts/precompile.py --shapes "$1" --jobs "${PRECOMPILE_JOBS:-$(nproc)}" --timeout 900 \
+        python scripts/precompile.py --shapes "$@" --jobs "${PRECOMPILE_JOBS:-$(nproc)}" --timeout 900 \
             || echo "headline: precompile failed; process 1 compiles as it tunes" >&2
     fi
 }
@@ -66,12 +68,16 @@ step_graphs)
     run3 "$graphs_series" python scripts/bench_step.py --configs medium --modes compile --compile_mode reduce-overhead \
         --backends standin,triton,cutile_bwd --autotune
     ;;
+sweep)
+    precompile sweep --modes fwd --no-triton
+    run3 "$sweep_series" python scripts/bench_kernels.py --shapes sweep --backends cutile,triton --modes fwd --autotune
+    ;;
 report)
     python scripts/report.py --results "$results" --out "${OUT:-.}" --kernels "$kernels_series" \
-        --step "$step_series,$graphs_series"
+        --step "$step_series,$graphs_series" --sweep "$sweep_series"
     ;;
 *)
-    echo "scripts/headline.sh: unknown part '$part'; use kernels, step, step_graphs or report" >&2
+    echo "scripts/headline.sh: unknown part '$part'; use kernels, step, step_graphs, sweep or report" >&2
     exit 2
     ;;
 esac
