@@ -46,7 +46,10 @@ def test_workers_share_out_every_candidate_of_every_space(monkeypatch):
 
 def test_bad_arguments_get_one_line(tmp_path):
     for args, message in (
-        (["--shapes", "nope"], "precompile: --shapes: unknown 'nope'; choose from seed, step, sweep, tiny"),
+        (
+            ["--shapes", "nope"],
+            "precompile: --shapes: unknown 'nope'; choose from seed, step, sweep, tiny, sweep_n64, sweep_n128",
+        ),
         (["--jobs", "0"], "precompile: --jobs must be at least 1, got 0"),
         (["--modes", "fwd,bwd"], "precompile: --modes: choose from fwd, fwd_bwd, got 'fwd,bwd'"),
     ):
