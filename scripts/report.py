@@ -292,8 +292,13 @@ def ceilings_text(runs: list[dict]) -> str:
 
 
 def kernel_section(
-    runs: list[dict], kpool: Pool, base: str, title: str = "The SSD alone (scripts/bench_kernels.py)"
+    runs: list[dict],
+    kpool: Pool,
+    base: str,
+    title: str = "The SSD alone (scripts/bench_kernels.py)",
+    lead: Iterable[str] = (),
 ) -> str:
+    """The kernel table of a bench_kernels series under `title`, with the `lead` paragraphs before its captions."""
     fields, fixed = varying(dict(k[1]) for k in kpool)
     header = ["pass", *(SHAPE_NAMES.get(f, f) for f in fields), "backend", "wall ms", "GPU ms"]
     header += [f"wall: over {base}", f"GPU: over {base}", "GB/s (of copy ceiling)", "launches", "warm-up s"]
@@ -312,6 +317,7 @@ def kernel_section(
         [
             f"## {title}",
             "",
+            *(line for paragraph in lead for line in (paragraph, "")),
             *captions(runs),
             ceilings_text(runs),
             f"Every row: {shape_text(fixed, fixed)}.",
@@ -335,12 +341,10 @@ def sweep_section(runs: list[dict], kpool: Pool, base: str) -> str:
         if ratios:
             stat, key = min(ratios, key=lambda r: r[0].median)
             lowest.append(f"{name} {cell(stat, times)} at {shape_text(dict(key[1]), fields)} ({key[0]})")
-    summary = f"Lowest GPU-time ratio over {base} across the sweep: " + "; ".join(lowest) + "." if lowest else ""
-    section = kernel_section(
-        runs, kpool, base, "The SSD over the shape sweep (scripts/bench_kernels.py --shapes sweep)"
+    lead = [f"Lowest GPU-time ratio over {base} across the sweep: " + "; ".join(lowest) + "."] if lowest else []
+    return kernel_section(
+        runs, kpool, base, "The SSD over the shape sweep (scripts/bench_kernels.py --shapes sweep)", lead
     )
-    head, _, rest = section.partition("\n\n")
-    return "\n\n".join([head, summary, rest]) if summary else section
 
 
 # ---- the SSD alone, per kernel --------------------------------------------------------------------------
