@@ -11,8 +11,12 @@ how). Make the variant files first, named after their patches:
     done
     PYTHONPATH=. python results/probes/variant_builds.py --cuobjdump PATH /tmp/variants/*.py
 
-A variant kernel with parameters past the launched signature's (compute_out_steps' STEPS) is built with each value
-in EXTRA; every build is printed at occupancy 1, 2 and 4 (bwd_dx also with 8 worker warps).
+A variant kernel with parameters past the launched signature's (compute_out_steps' STEPS, compute_out_heads' HEADS,
+the state walks' STORE_TMA) is built with each value in EXTRA; every build is printed at occupancy 1, 2 and 4 (bwd_dx
+also with 8 worker warps), or with the hints --hints gives, e.g. a program over a cluster of CTAs:
+
+    PYTHONPATH=. python results/probes/variant_builds.py --cuobjdump PATH \
+        --hints '[{"occupancy": 2}, {"occupancy": 2, "num_ctas": 2}]' /tmp/variants/compute_out_ctas.py
 """
 
 import argparse
@@ -25,13 +29,14 @@ from cuda.tile import compilation as ctc
 from kernels.cutile.variant import load_variant
 from scripts.kernel_resources import launched, resources
 
-EXTRA = {"STEPS": (1, 2, 4)}
+EXTRA = {"STEPS": (1, 2, 4), "HEADS": (2, 4, 8), "STORE_TMA": (True, False)}
 HINTS = [{"occupancy": o} for o in (1, 2, 4)]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cuobjdump", required=True)
+    ap.add_argument("--hints", type=json.loads, default=None, help="a JSON list of hint sets to build each kernel with")
     ap.add_argument("variants", nargs="+", help="variant files of kernels/cutile modules")
     args = ap.parse_args()
     records = json.loads(Path("results/kernels_h200_headline.json").read_text())["records"]
@@ -45,7 +50,9 @@ def main() -> None:
                 continue
             changed = getattr(variant, function)
             extra = list(inspect.signature(changed._pyfunc).parameters)[len(signature.parameters) :]
-            hints = HINTS + ([{"occupancy": 2, "num_worker_warps": 8}] if function == "bwd_dx_kernel" else [])
+            hints = args.hints or HINTS + (
+                [{"occupancy": 2, "num_worker_warps": 8}] if function == "bwd_dx_kernel" else []
+            )
             for hint in hints:
                 print(f"{Path(path).stem} at L {seqlen}: {label} {hint}", flush=True)
                 print(
