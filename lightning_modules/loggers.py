@@ -115,11 +115,20 @@ def make_loggers(cfg: LoggingConfig, root_dir: str, resumed: dict | None = None,
 
 
 def finish_loggers(loggers: list[Logger], failed: bool) -> None:
-    """End the wandb run (marked failed or finished), so that a later run in this process starts its own."""
+    """End the wandb run (marked failed or finished), so that a later run in this process starts its own, and
+    wait until its files are written: `finish` returns while wandb's service may still be writing the run's
+    .wandb file (a reader in this process could see a torn record), so the service is shut down too (the next
+    run starts a new one)."""
+    finished = False
     for logger in loggers:
         experiment = getattr(logger, "_experiment", None)
         if isinstance(logger, WandbLogger) and experiment is not None and hasattr(experiment, "finish"):
             experiment.finish(exit_code=1 if failed else 0)
+            finished = True
+    if finished:
+        import wandb
+
+        wandb.teardown()
 
 
 class LoggedRun(Callback):
