@@ -15,7 +15,8 @@
 # Process 1 of each series is preceded by scripts/precompile.py, which compiles tuning's candidates in
 # PRECOMPILE_JOBS (default: CPU cores) parallel processes (if it fails, process 1 compiles as it tunes). The
 # kernels series' processes took 203 s (135 s of it precompiling on 16 cores), 52 and 45 s on one H200
-# (2026-12-01); the sweep's 138 s (after 89 s of precompiling), 65 and 76 s. The step series have not run yet.
+# (2026-12-01); the sweep's 138 s (after 89 s of precompiling), 65 and 76 s; step_graphs' first 388 s (after 132 s
+# of precompiling); the step series has not run yet.
 # RESULTS (default results/) says where the JSON goes, OUT (default the repository) where BENCHMARKS.md and
 # README.md are.
 set -euo pipefail
