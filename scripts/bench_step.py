@@ -20,8 +20,9 @@ time, the SSD's own forward and backward time inside it (eager only: compiled gr
 marks), tokens/s, peak memory (the process's, every variant resident, and own_peak_gib: the variant's
 parameters, gradients and optimizer state plus what its step allocated above the step's start, i.e. its
 peak alone in a process; not under CUDA graphs), MFU with the FLOP count it uses. The marks are read after the loop,
-so measuring does not synchronize the steps it measures; the same loop run again without any marks
-gives the timer's own cost (timer_cost). --profile adds each variant's largest GPU kernels.
+so measuring does not synchronize the steps it measures; the same loop without any marks, run before and
+after it, gives the timer's own cost (timer_cost: the marked loop over the mean of the two, so that a first
+loop's or a drifting GPU's cost does not land on the timer; timer_loops_ms holds the three). --profile adds each variant's largest GPU kernels.
 
     python scripts/bench_step.py --quick --modes compile --backends standin,triton --out results/step.json
     python scripts/bench_step.py --configs tiny --seqlens 64 --tokens_per_step 128 --backends torch,standin --steps 2
@@ -141,8 +142,10 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
         finally:
             kernels.ssd_timer.enabled = False
 
+    plain_before_ms, _ = loop(timed=False)
     timed_ms, marks = loop(timed=True)
-    plain_ms, _ = loop(timed=False)
+    plain_after_ms, _ = loop(timed=False)
+    timer_loops_ms = {"plain_before": plain_before_ms, "timed": timed_ms, "plain_after": plain_after_ms}
     peak = peak_tflops(torch.cuda.get_device_name()) if device == "cuda" else None
     flops = train_flops_per_token(cfg)
     records = []
@@ -171,7 +174,9 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
             "ssd_flops_share": ssd_flops_per_token(cfg) * cfg.n_layer / (flops / 3),
             "warmup_s": warmup[label],
             "warmup_steps": args.warmup,
-            "timer_cost": timed_ms / plain_ms - 1.0,  # the whole loop with marks over the loop without
+            # the whole loop with marks over the mean of the loop without, run before and after it
+            "timer_cost": 2 * timed_ms / (plain_before_ms + plain_after_ms) - 1.0,
+            "timer_loops_ms": timer_loops_ms,
         }
         if "above_start_gib" in med and not (compile_model and mode == "reduce-overhead"):
             # the variant alone in a process: what it keeps between steps plus what its step allocates on top

@@ -99,7 +99,12 @@ def test_bench_step_writes_json(tmp_path):
     assert 0 < torch_row["ssd_share"] < 1 and torch_row["tokens_per_s"] > 0
     assert standin["median"]["ssd_forward_ms"] == 0 and "ssd_ms_by_subtraction" not in standin
     assert torch_row["ssd_ms_by_subtraction"] == pytest.approx(m["step_ms"] - standin["median"]["step_ms"])
-    assert torch_row["timer_cost"] > -1 and torch_row["train_flops_per_token"] > 0
+    assert torch_row["train_flops_per_token"] > 0
+    # the marked loop against the mean of an unmarked loop before and after it
+    loops = torch_row["timer_loops_ms"]
+    assert sorted(loops) == ["plain_after", "plain_before", "timed"] and min(loops.values()) > 0
+    mean_plain = (loops["plain_before"] + loops["plain_after"]) / 2
+    assert torch_row["timer_cost"] == pytest.approx(loops["timed"] / mean_plain - 1)
 
 
 def test_bench_step_refuses_unknown_variants():
