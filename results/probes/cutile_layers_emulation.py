@@ -1,5 +1,6 @@
 """The cuTile conv and gated RMSNorm kernels' loop arithmetic (tiles, shifts, out-of-range rows read as zero,
-partial tiles), and that of the variants results/variants/causal_conv_two_pass.patch and rms_norm_one_pass.patch,
+partial tiles), and that of the variants results/variants/causal_conv_two_pass.patch, causal_conv_gv_loop.patch and
+rms_norm_one_pass.patch,
 emulated in float64 with PyTorch on the CPU against autograd through the references; exits with an error past
 1e-12. `python results/probes/cutile_layers_emulation.py`"""
 
@@ -81,6 +82,43 @@ def conv_bwd_two_pass(dy, x, w, bias, T, T_dx):
     return dx, dw, db
 
 
+def conv_bwd_gv_loop(dy, x, w, bias, T, steps):
+    """results/variants/causal_conv_gv_loop.patch's gv kernel: a program walks `steps` tiles of T tokens (its
+    segment, fewer at the sequence end), holding the 4 shifted rows (K <= 4: the taps past K have zero weight) and
+    summing gv x shifted rows and gv elementwise over its tiles, then reduces once into tap-major partials
+    (b, segments, 4, c) that the host sums; dx as the two-pass kernel forms it."""
+    b, l, c = x.shape
+    K = w.shape[1]
+    KP = 4
+    wp = torch.cat([w, torch.zeros(c, KP - K, dtype=w.dtype)], 1)  # gathered past K: zero
+    segments = -(-l // (T * steps))
+    dw_part = torch.zeros(b, segments, KP, c, dtype=x.dtype)
+    db_part = torch.zeros(b, segments, c, dtype=x.dtype)
+    gv_all = torch.zeros_like(x)
+    for si in range(segments):
+        acc_w, acc_b = torch.zeros(KP, b, T, c, dtype=x.dtype), torch.zeros(b, T, c, dtype=x.dtype)
+        first = si * steps
+        for s in range(min(steps, -(-l // T) - first)):
+            t = (first + s) * T + torch.arange(T)
+            xs = torch.stack([gather_rows(x, t - (K - 1) + j) for j in range(KP)])  # (KP, b, T, c)
+            v = bias + (wp.t()[:, None, None, :] * xs).sum(0)
+            gv = silu_grad(gather_rows(dy, t), v)
+            t0, n = (first + s) * T, min(T, l - (first + s) * T)
+            gv_all[:, t0 : t0 + n] = gv[:, :n]
+            acc_w += gv * xs
+            acc_b += gv
+        dw_part[:, si] = acc_w.sum(2).transpose(0, 1)
+        db_part[:, si] = acc_b.sum(1)
+    dw, db = dw_part[:, :, :K].sum((0, 1)).t(), db_part.sum((0, 1))
+    dx = torch.zeros_like(x)
+    for t0 in range(0, l, T):
+        t = torch.arange(t0, t0 + T)
+        acc = sum(w[:, K - 1 - m] * gather_rows(gv_all, t + m) for m in range(K))
+        n = min(T, l - t0)
+        dx[:, t0 : t0 + n] = acc[:, :n]
+    return dx, dw, db
+
+
 def norm_fwd(x, w, z, G, eps):
     N, d = x.shape
     v = x * z / (1 + torch.exp(-z))
@@ -154,6 +192,10 @@ for b, l, c, K, T in ((2, 37, 12, 4, 16), (1, 3, 5, 4, 16), (2, 70, 8, 3, 32), (
     for name, got in (
         ("conv", conv_bwd(dy, x.detach(), w.detach(), bias.detach(), T)),
         ("conv two-pass", conv_bwd_two_pass(dy, x.detach(), w.detach(), bias.detach(), T, 2 * T)),
+        *(
+            (f"conv gv loop, steps {steps}", conv_bwd_gv_loop(dy, x.detach(), w.detach(), bias.detach(), T, steps))
+            for steps in (1, 3, 16)
+        ),
     ):
         errs = [((a - r).norm() / r.norm()).item() for a, r in zip((got_y, *got), (ref, *want))]
         print(name, (b, l, c, K, T), " ".join(f"{e:.1e}" for e in errs))
