@@ -22,7 +22,8 @@ parameters, gradients and optimizer state plus what its step allocated above the
 peak alone in a process; not under CUDA graphs), MFU with the FLOP count it uses. The marks are read after the loop,
 so measuring does not synchronize the steps it measures; the same loop without any marks, run before and
 after it, gives the timer's own cost (timer_cost: the marked loop over the mean of the two, so that a first
-loop's or a drifting GPU's cost does not land on the timer; timer_loops_ms holds the three). --profile adds each variant's largest GPU kernels.
+loop's or a drifting GPU's cost does not land on the timer; timer_loops_ms holds the three). --profile adds
+each variant's largest GPU kernels.
 
     python scripts/bench_step.py --quick --modes compile --backends standin,triton --out results/step.json
     python scripts/bench_step.py --configs tiny --seqlens 64 --tokens_per_step 128 --backends torch,standin --steps 2

@@ -1,8 +1,7 @@
 """The cuTile conv and gated RMSNorm kernels' loop arithmetic (tiles, shifts, out-of-range rows read as zero,
-partial tiles), and that of the variants results/variants/causal_conv_two_pass.patch, causal_conv_gv_loop.patch and
-rms_norm_one_pass.patch,
-emulated in float64 with PyTorch on the CPU against autograd through the references; exits with an error past
-1e-12. `python results/probes/cutile_layers_emulation.py`"""
+partial tiles), and that of the variants results/variants/causal_conv_two_pass.patch, causal_conv_gv_loop.patch
+and rms_norm_one_pass.patch, emulated in float64 with PyTorch on the CPU against autograd through the references;
+exits with an error past 1e-12. `python results/probes/cutile_layers_emulation.py`"""
 
 import torch
 
