@@ -60,11 +60,22 @@ def conv_bwd(dy, x, w, bias, T):
     return dx, dw, db
 
 
+def dx_from_gv(gv_all, w, T):
+    """The two-pass backward's dx kernel: dx[t] = Σ_m w[:, K - 1 - m] · gv[t + m], tiles of T tokens."""
+    l, K = gv_all.shape[1], w.shape[1]
+    dx = torch.zeros_like(gv_all)
+    for t0 in range(0, l, T):
+        t = torch.arange(t0, t0 + T)
+        acc = sum(w[:, K - 1 - m] * gather_rows(gv_all, t + m) for m in range(K))
+        n = min(T, l - t0)
+        dx[:, t0 : t0 + n] = acc[:, :n]
+    return dx
+
+
 def conv_bwd_two_pass(dy, x, w, bias, T, T_dx):
     """results/variants/causal_conv_two_pass.patch: gv in one pass (tiles of T tokens, with dw and dbias), then dx
     from shifted rows of gv (tiles of T_dx tokens)."""
     l = x.shape[1]
-    K = w.shape[1]
     gv_all, dw, db = torch.zeros_like(x), torch.zeros_like(w), torch.zeros_like(bias)
     for t0 in range(0, l, T):
         t = torch.arange(t0, t0 + T)
@@ -72,13 +83,7 @@ def conv_bwd_two_pass(dy, x, w, bias, T, T_dx):
         n = min(T, l - t0)
         gv_all[:, t0 : t0 + n] = gv[:, :n]
         add_weight_grads(dw, db, gv, x, t)
-    dx = torch.zeros_like(x)
-    for t0 in range(0, l, T_dx):
-        t = torch.arange(t0, t0 + T_dx)
-        acc = sum(w[:, K - 1 - m] * gather_rows(gv_all, t + m) for m in range(K))
-        n = min(T_dx, l - t0)
-        dx[:, t0 : t0 + n] = acc[:, :n]
-    return dx, dw, db
+    return dx_from_gv(gv_all, w, T_dx), dw, db
 
 
 def conv_bwd_gv_loop(dy, x, w, bias, T, steps):
@@ -109,13 +114,7 @@ def conv_bwd_gv_loop(dy, x, w, bias, T, steps):
         dw_part[:, si] = acc_w.sum(2).transpose(0, 1)
         db_part[:, si] = acc_b.sum(1)
     dw, db = dw_part[:, :, :K].sum((0, 1)).t(), db_part.sum((0, 1))
-    dx = torch.zeros_like(x)
-    for t0 in range(0, l, T):
-        t = torch.arange(t0, t0 + T)
-        acc = sum(w[:, K - 1 - m] * gather_rows(gv_all, t + m) for m in range(K))
-        n = min(T, l - t0)
-        dx[:, t0 : t0 + n] = acc[:, :n]
-    return dx, dw, db
+    return dx_from_gv(gv_all, w, T), dw, db
 
 
 def norm_fwd(x, w, z, G, eps):
