@@ -316,6 +316,8 @@ def test_cutile_conv_names_what_it_cannot_take():
         causal_conv1d_silu(x, torch.zeros(5, 4), b)
     with pytest.raises(ValueError, match=r"bias must be \(4,\), got \(3,\)"):
         causal_conv1d_silu(x, w, torch.zeros(3))
+    with pytest.raises(ValueError, match="cutile conv: kernel width 5 is above the 4 its backward takes"):
+        causal_conv1d_silu(x, torch.zeros(4, 5), b)
 
 
 def test_cutile_norm_names_what_it_cannot_take():

@@ -174,11 +174,13 @@ def conv_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
     backward's dx kernel takes the forward's tiles."""
     f32 = ct.float32
 
-    def arrays(stage: str, dtype) -> list:  # x, weight, bias, then y; or dy, gv, dweight_part, dbias_part
+    def arrays(stage: str, dtype) -> list:  # x, weight, bias, then y; or dy, gv, dweight_part, dbias_part, steps
         if stage == "conv_bwd_dx":  # gv, weight, dx
             return [_array(dtype, 3), _array(f32, 2), _array(dtype, 3)]
         outputs = (
-            [_array(dtype, 3)] if stage == "conv_fwd" else [_array(dtype, 3)] * 2 + [_array(f32, 4), _array(f32, 3)]
+            [_array(dtype, 3)]
+            if stage == "conv_fwd"
+            else [_array(dtype, 3)] * 2 + [_array(f32, 4), _array(f32, 3), ctc.ScalarConstraint(ct.int32)]
         )
         return [_array(dtype, 3), _array(f32, 2), _array(f32, 1), *outputs]
 

@@ -12,7 +12,9 @@ A program owns TILE_T tokens x TILE_C channels of one sequence. The shifted rows
 sequence start or past its end read as zero), served from L1/L2 after the first: each element of x is read
 from HBM about once. The backward takes two kernels: the first recomputes v (the forward writes only y) once,
 writes gv in dy's dtype and per-program partial sums of dw and dbias that the host adds up; the second forms dx
-from k shifted rows of gv. Arithmetic in fp32; y and dx in x's dtype.
+from k shifted rows of gv. A gv program walks `steps` token tiles (its segment), summing gv x each shifted row
+and gv elementwise in registers, and reduces over tokens once at the end. Arithmetic in fp32; y and dx in x's
+dtype. The backward takes k up to 4 (Mamba-2's d_conv is 4).
 """
 
 from __future__ import annotations
@@ -65,6 +67,11 @@ def conv_fwd_kernel(
     ct.store(y, index=(bi, ti, cj), tile=out.astype(y.dtype).reshape((1, TILE_T, TILE_C)))
 
 
+def _shifted(x, bi, t, ch, K: ConstInt, j: ConstInt):
+    """Tap j's rows x[t - (K - 1) + j] at tokens t (TILE_T, 1), channels ch (1, TILE_C), in fp32."""
+    return ct.gather(x, (bi, t - (K - 1) + j, ch)).astype(ct.float32)
+
+
 @ct.kernel
 def conv_bwd_gv_kernel(
     x,  # (b, l, c), last stride 1
@@ -72,25 +79,53 @@ def conv_bwd_gv_kernel(
     bias,  # (c,) float32 (ignored unless HAS_BIAS)
     dy,  # (b, l, c) last stride 1
     gv,  # (b, l, c) dy's dtype: the pre-activation's gradient
-    dweight_part,  # (b, l / TILE_T, c, K) float32: each program's share of dw
-    dbias_part,  # (b, l / TILE_T, c) float32
-    K: ConstInt,
+    dweight_part,  # (b, segments, 4, c) float32: each program's share of dw, tap-major (taps past K: unused)
+    dbias_part,  # (b, segments, c) float32
+    steps,  # token tiles per program (a runtime count): a segment is steps * TILE_T tokens
+    K: ConstInt,  # at most 4: the taps are four named tiles (past K their weight reads as zero)
     TILE_T: ConstInt,
     TILE_C: ConstInt,
     HAS_BIAS: ConstBool,
 ):
     bi = ct.bid(0)
-    ti = ct.bid(1)
+    si = ct.bid(1)
     cj = ct.bid(2)
-    t, ch = _rows(ti * TILE_T, TILE_T, cj * TILE_C, TILE_C)
-    v = _preactivation(x, weight, bias, bi, t, ch, K, TILE_T, TILE_C, HAS_BIAS)
-    s = 1.0 / (1.0 + ct.exp(-v))
-    g = ct.gather(dy, (bi, t, ch)).astype(ct.float32) * s * (1.0 + v * (1.0 - s))  # zero past the sequence end
-    ct.store(gv, index=(bi, ti, cj), tile=g.astype(gv.dtype).reshape((1, TILE_T, TILE_C)))
-    for j in range(K):  # the shifted rows again (from L1/L2): dw[:, j] = Σ_t gv[t] x[t - (K - 1) + j]
-        dw = ct.sum(g * ct.gather(x, (bi, t - (K - 1) + j, ch)).astype(ct.float32), axis=0)  # (TILE_C,)
-        ct.scatter(dweight_part, (bi, ti, ch.reshape((TILE_C,)), j), dw)
-    ct.store(dbias_part, index=(bi, ti, cj), tile=ct.sum(g, axis=0).reshape((1, 1, TILE_C)))
+    seqlen = x.shape[1]
+    ch = cj * TILE_C + ct.arange(TILE_C, dtype=ct.int32).reshape((1, TILE_C))
+    # the taps' weight rows (1, TILE_C), zero past K, and the bias, loaded once for the whole segment
+    w0 = ct.gather(weight, (ch, 0)).astype(ct.float32)
+    w1 = ct.gather(weight, (ch, 1)).astype(ct.float32)
+    w2 = ct.gather(weight, (ch, 2)).astype(ct.float32)
+    w3 = ct.gather(weight, (ch, 3)).astype(ct.float32)
+    b0 = ct.gather(bias, ch).astype(ct.float32) if HAS_BIAS else ct.zeros((1, TILE_C), dtype=ct.float32)
+    acc0 = ct.zeros((TILE_T, TILE_C), dtype=ct.float32)  # Σ over the segment of gv[t] x[t - (K - 1) + j], j = 0..3
+    acc1 = ct.zeros((TILE_T, TILE_C), dtype=ct.float32)
+    acc2 = ct.zeros((TILE_T, TILE_C), dtype=ct.float32)
+    acc3 = ct.zeros((TILE_T, TILE_C), dtype=ct.float32)
+    acc_b = ct.zeros((TILE_T, TILE_C), dtype=ct.float32)
+    first = si * steps
+    for s in range(min(steps, ct.cdiv(seqlen, TILE_T) - first)):
+        ti = first + s
+        t = ti * TILE_T + ct.arange(TILE_T, dtype=ct.int32).reshape((TILE_T, 1))
+        x0 = _shifted(x, bi, t, ch, K, 0)
+        x1 = _shifted(x, bi, t, ch, K, 1)
+        x2 = _shifted(x, bi, t, ch, K, 2)
+        x3 = _shifted(x, bi, t, ch, K, 3)
+        v = b0 + w0 * x0 + w1 * x1 + w2 * x2 + w3 * x3
+        sg = 1.0 / (1.0 + ct.exp(-v))
+        g = ct.gather(dy, (bi, t, ch)).astype(ct.float32) * sg * (1.0 + v * (1.0 - sg))  # zero past the end
+        ct.store(gv, index=(bi, ti, cj), tile=g.astype(gv.dtype).reshape((1, TILE_T, TILE_C)))
+        acc0 = acc0 + g * x0
+        acc1 = acc1 + g * x1
+        acc2 = acc2 + g * x2
+        acc3 = acc3 + g * x3
+        acc_b = acc_b + g
+    # one reduction over the segment's tokens per program, not one per token tile
+    ct.store(dweight_part, index=(bi, si, 0, cj), tile=ct.sum(acc0, axis=0).reshape((1, 1, 1, TILE_C)))
+    ct.store(dweight_part, index=(bi, si, 1, cj), tile=ct.sum(acc1, axis=0).reshape((1, 1, 1, TILE_C)))
+    ct.store(dweight_part, index=(bi, si, 2, cj), tile=ct.sum(acc2, axis=0).reshape((1, 1, 1, TILE_C)))
+    ct.store(dweight_part, index=(bi, si, 3, cj), tile=ct.sum(acc3, axis=0).reshape((1, 1, 1, TILE_C)))
+    ct.store(dbias_part, index=(bi, si, cj), tile=ct.sum(acc_b, axis=0).reshape((1, 1, TILE_C)))
 
 
 @ct.kernel
@@ -119,16 +154,19 @@ class ConvConfig:
 
     TILE_T: int = 32
     TILE_C: int = 128
+    steps: int = 1  # the backward's gv kernel: token tiles per program, summed in registers before one reduction
 
 
 # The tiles that compile without spilling at sm_90 with k = 4, bf16, in the specialization the medium model's step
-# launches (strides divisible by 8, 16-byte base addresses): the backward's gv kernel holds the k shifted rows and
-# their k column sums for dw; its dx kernel takes the forward's tiles.
+# launches (strides divisible by 8, 16-byte base addresses): the backward's gv kernel holds the 4 shifted rows and
+# their 4 running sums for dw (results/probes/conv_gv_loop_resources.py); its dx kernel takes the forward's tiles.
 FWD_TILES = ((16, 64), (16, 128), (16, 256), (32, 64), (32, 128), (64, 64))
-BWD_TILES = ((16, 64), (16, 128), (32, 64), (64, 64), (64, 128))
-# The backward's defaults are its two kernels' fastest tiles at one layer of the medium model's step (tuned, bf16:
-# results/probes/layers_two_pass_and_occupancy_2026-12-01.txt); its dx kernel takes the forward's tiles.
-DEFAULT_FWD, DEFAULT_BWD, DEFAULT_DX = ConvConfig(32, 128), ConvConfig(64, 128), ConvConfig(16, 128)
+BWD_TILES = ((8, 64), (8, 128), (16, 64), (32, 64))
+BWD_STEPS = (4, 16, 64)  # token tiles a gv program sums in registers (a runtime argument: no compile each)
+MAX_K = 4  # the gv kernel's taps are four named tiles
+# The backward's defaults are its two kernels' fastest configurations at one layer of the medium model's step
+# (tuned, bf16: results/probes/conv_gv_loop_2026-12-01.txt); its dx kernel takes the forward's tiles.
+DEFAULT_FWD, DEFAULT_BWD, DEFAULT_DX = ConvConfig(32, 128), ConvConfig(8, 128, 64), ConvConfig(16, 128)
 
 
 def fwd_space() -> list[ConvConfig]:
@@ -138,7 +176,7 @@ def fwd_space() -> list[ConvConfig]:
 
 def bwd_space() -> list[ConvConfig]:
     """The backward's configurations tuning times."""
-    return [ConvConfig(tt, tc) for tt, tc in BWD_TILES]
+    return [ConvConfig(tt, tc, steps) for tt, tc in BWD_TILES for steps in BWD_STEPS]
 
 
 def check_inputs(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
@@ -149,6 +187,8 @@ def check_inputs(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
         )
     if bias is not None and bias.shape != (x.shape[-1],):
         raise ValueError(f"cutile conv: bias must be ({x.shape[-1]},), got {tuple(bias.shape)}")
+    if weight.shape[1] > MAX_K:
+        raise ValueError(f"cutile conv: kernel width {weight.shape[1]} is above the {MAX_K} its backward takes")
     for name, t in (("x", x), ("weight", weight), ("bias", bias)):
         if t is not None and not t.is_cuda:
             raise ValueError(f"cutile conv: {name} is on {t.device}; move it to a CUDA device")
@@ -197,18 +237,20 @@ def conv_bwd(
     k = w32.shape[1]
     gv = torch.empty((b, l, c), device=x.device, dtype=dy.dtype)
     dx = torch.empty((b, l, c), device=x.device, dtype=x.dtype)
-    parts: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    parts: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
     def spec_gv(cfg: ConvConfig):
-        nt = -(-l // cfg.TILE_T)
-        if cfg.TILE_T not in parts:
-            parts[cfg.TILE_T] = (
-                torch.empty((b, nt, c, k), device=x.device, dtype=torch.float32),
-                torch.empty((b, nt, c), device=x.device, dtype=torch.float32),
+        span = cfg.TILE_T * cfg.steps
+        segments = -(-l // span)
+        if (cfg.TILE_T, cfg.steps) not in parts:
+            parts[cfg.TILE_T, cfg.steps] = (
+                torch.empty((b, segments, 4, c), device=x.device, dtype=torch.float32),
+                torch.empty((b, segments, c), device=x.device, dtype=torch.float32),
             )
-        dw, db = parts[cfg.TILE_T]
-        grid = (b, nt, -(-c // cfg.TILE_C))
-        return grid, conv_bwd_gv_kernel, (x, w32, b32, dy, gv, dw, db, k, cfg.TILE_T, cfg.TILE_C, bias is not None)
+        dw, db = parts[cfg.TILE_T, cfg.steps]
+        grid = (b, segments, -(-c // cfg.TILE_C))
+        args = (x, w32, b32, dy, gv, dw, db, cfg.steps, k, cfg.TILE_T, cfg.TILE_C, bias is not None)
+        return grid, conv_bwd_gv_kernel, args
 
     def spec_dx(cfg: ConvConfig):
         grid = (b, -(-l // cfg.TILE_T), -(-c // cfg.TILE_C))
@@ -216,8 +258,8 @@ def conv_bwd(
 
     cfg = launch("conv_bwd", _key(x, k), DEFAULT_BWD, bwd_space, spec_gv, x.device)
     launch("conv_bwd_dx", _key(x, k), DEFAULT_DX, fwd_space, spec_dx, x.device)
-    dw, db = parts[cfg.TILE_T]
-    dweight = dw.sum((0, 1)).to(weight.dtype)
+    dw, db = parts[cfg.TILE_T, cfg.steps]
+    dweight = dw[:, :, :k].sum((0, 1)).t().to(weight.dtype)
     dbias = None if bias is None else db.sum((0, 1)).to(bias.dtype)
     return dx, dweight, dbias
 
