@@ -12,11 +12,13 @@
 # process prints its wall time. The first `kernels` process compiles and tunes at both shapes (the later ones
 # reuse the caches it leaves), and each `step` process compiles every variant and runs 3 warm-up and 10 timed
 # steps: each takes minutes, so N runs one process at a time (`kernels 1`, `kernels 2`, ...).
-# Process 1 of each series is preceded by scripts/precompile.py, which compiles tuning's candidates in
-# PRECOMPILE_JOBS (default: CPU cores) parallel processes (if it fails, process 1 compiles as it tunes). The
+# Each invocation's first process is preceded by scripts/precompile.py, which compiles tuning's candidates in
+# PRECOMPILE_JOBS (default: CPU cores) parallel processes (if it fails, that process compiles as it tunes; on a
+# machine whose disk caches hold them already it only loads them). The
 # kernels series' processes took 203 s (135 s of it precompiling on 16 cores), 52 and 45 s on one H200
-# (2026-12-01); the sweep's 138 s (after 89 s of precompiling), 65 and 76 s; step_graphs' first 388 s (after 132 s
-# of precompiling); the step series has not run yet.
+# (2026-12-01); the sweep's 138 s (after 89 s of precompiling), 65 and 76 s; step_graphs' 388 s (after 132 s of
+# precompiling), 333 s (after 138 s of precompiling on a fresh machine) and 125 s (on the same machine right after,
+# its caches kept); the step series has not run yet.
 # RESULTS (default results/) says where the JSON goes, OUT (default the repository) where BENCHMARKS.md and
 # README.md are.
 set -euo pipefail
@@ -43,11 +45,9 @@ run3() {  # run3 SERIES COMMAND...: processes 1-3 (or only $only); 1 writes SERI
     done
 }
 
-precompile() {  # precompile SHAPES [OPTION...]: before process 1, compile tuning's candidates at bench_kernels' SHAPES
-    if [ -z "$only" ] || [ "$only" = 1 ]; then
-        python scripts/precompile.py --shapes "$@" --jobs "${PRECOMPILE_JOBS:-$(nproc)}" --timeout 900 \
-            || echo "headline: precompile failed; process 1 compiles as it tunes" >&2
-    fi
+precompile() {  # precompile SHAPES [OPTION...]: compile tuning's candidates at bench_kernels' SHAPES first
+    python scripts/precompile.py --shapes "$@" --jobs "${PRECOMPILE_JOBS:-$(nproc)}" --timeout 900 \
+        || echo "headline: precompile failed; the first process compiles as it tunes" >&2
 }
 
 case $part in
