@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import io
 import pkgutil
 import re
@@ -65,8 +66,15 @@ def launched(name: str, path: str | None) -> tuple[str, object, ctc.KernelSignat
         modules = [importlib.import_module(f"kernels.cutile.{m.name}") for m in pkgutil.iter_modules(cutile.__path__)]
     for module in modules:
         if hasattr(module, function):
+            kernel = getattr(module, function)
+            takes = len(inspect.signature(getattr(kernel, "_pyfunc", kernel)).parameters)
+            if takes != len(signature.parameters):
+                raise SystemExit(
+                    f"kernel_resources: the name encodes {len(signature.parameters)} parameters, {function} in "
+                    f"{path or module.__name__} takes {takes}: a name launched by other code than this"
+                )
             constants = [p.value for p in signature.parameters if isinstance(p, ctc.ConstantConstraint)]
-            return f"{function}{constants}", getattr(module, function), signature
+            return f"{function}{constants}", kernel, signature
     raise SystemExit(f"kernel_resources: no kernel {function} in {path or 'kernels/cutile'}")
 
 

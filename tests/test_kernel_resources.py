@@ -14,11 +14,13 @@ from kernels.cutile import causal_conv
 from scripts import kernel_resources
 
 # conv_bwd_gv_kernel in the specialization the medium model's compiled step launched the conv's one-pass backward
-# kernel in (results/step_h200_layers_quick.json's profile; the gv kernel took over its parameters)
-LAUNCHED = (
+# kernel in (results/step_h200_layers_quick.json's profile; the gv kernel took over its parameters), from before the
+# kernel took its runtime `steps` (an int32 after dbias_part); LAUNCHED is the same launch with it
+LAUNCHED_BEFORE_STEPS = (
     "conv_bwd_gv_kernel_Kt1_A3bf16_3v8l0_4t1_6i16_p16_A2f32_1i16v4l0_2t1_p16_A1f32_1i16t1_p16_A3bf16_3v8l0_4t1_6i16_p16"
     "_A3bf16_3v8l0_4t1_6i16_p16_A4f32_6i16_7v4l0_8t1_p16_A3f32_3v4l0_4t1_6i16_p16_I4_I16_I256_B1"
 )
+LAUNCHED = LAUNCHED_BEFORE_STEPS.replace("_I4_I16_I256_B1", "_Si32_I4_I16_I256_B1")
 
 
 def test_a_launched_name_gives_its_kernel_and_signature():
@@ -36,6 +38,11 @@ def test_a_launched_name_from_a_changed_copy(tmp_path):
     assert kernel is not causal_conv.conv_bwd_gv_kernel
     copied = sys.modules["probe_causal_conv_copy"]  # kernels.cutile.variant's name for the copy
     assert copied.conv_bwd_gv_kernel is kernel and copied.MARK == 1
+
+
+def test_a_name_from_other_code_is_one_clear_error():
+    with pytest.raises(SystemExit, match=r"encodes 11 parameters, conv_bwd_gv_kernel in .* takes 12: a name launched"):
+        kernel_resources.launched(LAUNCHED_BEFORE_STEPS, None)
 
 
 def test_an_unknown_kernel_is_one_clear_error():
