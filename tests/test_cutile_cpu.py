@@ -134,8 +134,9 @@ def test_tuning_choice_is_decided_once_per_shape(tmp_path, monkeypatch):
             '"occupancy": 1}}}'
         )
         never = lambda: pytest.fail("no search when tuning is off")
+        space = lambda: [OutConfig(), OutConfig(128, 32, 4, 1)]  # tuning off: only checks the cached entry
         for _ in range(3):
-            assert tuning.choose("compute_out", "s1", OutConfig(), never, "cuda:0", None) == OutConfig(128, 32, 4, 1)
+            assert tuning.choose("compute_out", "s1", OutConfig(), space, "cuda:0", None) == OutConfig(128, 32, 4, 1)
             assert tuning.choose("compute_out", "s2", OutConfig(), never, "cuda:0", None) == OutConfig()
         assert len(lookups) == 2  # one per shape
         assert tuning.chosen() == {  # what the process ran, for the record
@@ -152,6 +153,13 @@ def test_tuning_choice_is_decided_once_per_shape(tmp_path, monkeypatch):
         )
         tuning.set_cache_path(tmp_path / "tuning.json")
         assert tuning.choose("compute_out", "s3", OutConfig(), never, "cuda:0", None) == OutConfig()
+        # Nor is one outside today's tune space (tuned by older code): tuning off, the default runs.
+        (tmp_path / "tuning.json").write_text(
+            '{"compute_out|s4|TestGPU|cuda-tile-x": {"config": {"TILE_T": 16, "TILE_P": 16, "latency": 4, '
+            '"occupancy": 1}}}'
+        )
+        tuning.set_cache_path(tmp_path / "tuning.json")
+        assert tuning.choose("compute_out", "s4", OutConfig(), space, "cuda:0", None) == OutConfig()
     finally:
         tuning.set_cache_path(None)
 

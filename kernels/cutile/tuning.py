@@ -108,8 +108,9 @@ def choose(
     Decided once per (kernel, shape, device, tuning on/off) in a process; later calls are a dict lookup.
 
     Args:
-        default: used when tuning is off and nothing is cached.
-        space: builds the candidates for exhaustive_search (called only when tuning runs).
+        default: used when tuning is off and nothing usable is cached.
+        space: builds the candidates for exhaustive_search when tuning runs; a cached configuration is used only
+            if it is the default or among them (one tuned by older code, outside today's space, is not).
         spec: config -> (grid, kernel, args), the launch that tuning times.
     """
     if _state["nth"] is not None:  # precompiling: neither tuned nor remembered
@@ -179,8 +180,10 @@ def _decide(kernel_name, shape_key, default, space, device, spec):
     key = f"{kernel_name}|{shape_key}|{_gpu_key(device)}"
     cached = _load().get(key)
     fields = {f.name for f in dataclasses.fields(default)}
-    if cached is not None and set(cached["config"]) <= fields:  # an entry of another config layout: tune again
-        return type(default)(**cached["config"]), {"source": "cache", "mean_us": cached.get("mean_us")}
+    if cached is not None and set(cached["config"]) <= fields:  # an entry of another config layout: decide again
+        config = type(default)(**cached["config"])
+        if config == default or config in space():  # one outside today's tune space (older code): decide again
+            return config, {"source": "cache", "mean_us": cached.get("mean_us")}
     candidates = list(space()) if _state["autotune"] else []
     if len(candidates) <= 1:
         return default, {"source": "default", "mean_us": None}
