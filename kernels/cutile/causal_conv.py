@@ -36,6 +36,11 @@ def _rows(t0, TILE_T: ConstInt, c0, TILE_C: ConstInt):
     return t, ch
 
 
+def _shifted(x, bi, t, ch, K: ConstInt, j: ConstInt):
+    """Tap j's rows x[t - (K - 1) + j] at tokens t (TILE_T, 1), channels ch (1, TILE_C), in fp32."""
+    return ct.gather(x, (bi, t - (K - 1) + j, ch)).astype(ct.float32)
+
+
 def _preactivation(x, weight, bias, bi, t, ch, K: ConstInt, TILE_T: ConstInt, TILE_C: ConstInt, HAS_BIAS: ConstBool):
     """v at tokens t (TILE_T, 1) and channels ch (1, TILE_C): fp32 (TILE_T, TILE_C)."""
     v = ct.zeros((TILE_T, TILE_C), dtype=ct.float32)
@@ -43,7 +48,7 @@ def _preactivation(x, weight, bias, bi, t, ch, K: ConstInt, TILE_T: ConstInt, TI
         v = v + ct.gather(bias, ch).astype(ct.float32)
     for j in range(K):
         w = ct.gather(weight, (ch, j)).astype(ct.float32)
-        v = v + w * ct.gather(x, (bi, t - (K - 1) + j, ch)).astype(ct.float32)
+        v = v + w * _shifted(x, bi, t, ch, K, j)
     return v
 
 
@@ -65,11 +70,6 @@ def conv_fwd_kernel(
     v = _preactivation(x, weight, bias, bi, t, ch, K, TILE_T, TILE_C, HAS_BIAS)
     out = v / (1.0 + ct.exp(-v))
     ct.store(y, index=(bi, ti, cj), tile=out.astype(y.dtype).reshape((1, TILE_T, TILE_C)))
-
-
-def _shifted(x, bi, t, ch, K: ConstInt, j: ConstInt):
-    """Tap j's rows x[t - (K - 1) + j] at tokens t (TILE_T, 1), channels ch (1, TILE_C), in fp32."""
-    return ct.gather(x, (bi, t - (K - 1) + j, ch)).astype(ct.float32)
 
 
 @ct.kernel
