@@ -36,10 +36,17 @@ from kernels.cutile.variant import load_variant
 SASS_OPS = re.compile(r"\b((?:LDG|STG|LDS|STS|LDGSTS|UTMALDG|UTMASTG|MUFU|HGMMA|WARPGROUP)(?:\.\w+)*)")
 
 
+def threads(elf: str) -> int | None:
+    """Threads per program from `cuobjdump -elf`'s EIATTR_REQNTID (x·y·z), None without one: with REG, what fixes
+    how many programs fit an SM (65,536 registers)."""
+    found = re.search(r"EIATTR_REQNTID\s+Format:\s+\S+\s+Value:\s+(0x[0-9a-f]+) (0x[0-9a-f]+) (0x[0-9a-f]+)", elf)
+    return None if found is None else int(found[1], 16) * int(found[2], 16) * int(found[3], 16)
+
+
 def resources(kernel: object, signature: ctc.KernelSignature, arch: str, cuobjdump: str, sass: bool = False) -> str:
-    """cuobjdump's REG/STACK/SHARED/LOCAL line for one specialization; with `sass`, then its SASS's instruction
-    count and the count of each memory, MUFU, HGMMA and WARPGROUP instruction (cuobjdump -sass needs nvdisasm on
-    PATH)."""
+    """cuobjdump's REG/STACK/SHARED/LOCAL line for one specialization and its threads per program; with `sass`, then
+    its SASS's instruction count and the count of each memory, MUFU, HGMMA and WARPGROUP instruction (cuobjdump -sass
+    needs nvdisasm on PATH)."""
     cubin = io.BytesIO()
     ctc.export_kernel(kernel, [signature], cubin, gpu_code=arch, output_format="cubin")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -48,6 +55,8 @@ def resources(kernel: object, signature: ctc.KernelSignature, arch: str, cuobjdu
         out = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
         found = re.search(r"REG:\d+ STACK:\d+ SHARED:\d+ LOCAL:\d+", out)
         line = found.group(0) if found else out.strip()
+        elf = subprocess.run([cuobjdump, "-elf", f.name], capture_output=True, text=True, check=True).stdout
+        line += f" THREADS:{threads(elf)}"
         if sass:
             code = subprocess.run([cuobjdump, "-sass", f.name], capture_output=True, text=True, check=True).stdout
             counts = Counter(SASS_OPS.findall(code))

@@ -73,3 +73,16 @@ def test_sass_counts_memory_special_function_and_warpgroup_instructions_with_mod
         "WARPGROUP.ARRIVE",
         "WARPGROUP.DEPBAR.LE",
     ]
+
+
+def test_threads_per_program_come_from_the_elf_reqntid():
+    elf = """
+        <0x5f>
+        Attribute:\tEIATTR_REQNTID
+        Format:\tEIFMT_SVAL
+        Value:\t0x100 0x1 0x1
+        <0x60>
+    """
+    assert kernel_resources.threads(elf) == 256
+    assert kernel_resources.threads(elf.replace("0x1 0x1", "0x2 0x1")) == 512
+    assert kernel_resources.threads("Attribute:\tEIATTR_CRS_STACK_SIZE") is None
