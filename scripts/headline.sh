@@ -13,8 +13,7 @@
 # reuse the caches it leaves), and each `step` process compiles every variant and runs 3 warm-up and 10 timed
 # steps: each takes minutes, so N runs one process at a time (`kernels 1`, `kernels 2`, ...).
 # Each invocation's first process is preceded by scripts/precompile.py, which compiles tuning's candidates in
-# PRECOMPILE_JOBS (default: CPU cores) parallel processes (if it fails, that process compiles as it tunes; on a
-# machine whose disk caches hold them already it only loads them). The
+# PRECOMPILE_JOBS (default: CPU cores) parallel processes (if it fails, that process compiles as it tunes). The
 # kernels series' processes took 203 s (135 s of it precompiling on 16 cores), 52 and 45 s on one H200
 # (2026-12-01); the sweep's 138 s (after 89 s of precompiling), 65 and 76 s; step_graphs' 388 s (after 132 s of
 # precompiling), 333 s (after 138 s of precompiling on a fresh machine) and 125 s (on the same machine right after,
