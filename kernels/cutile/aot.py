@@ -24,6 +24,7 @@ from kernels.cutile.bwd_dbc import bwd_dbc_kernel
 from kernels.cutile.bwd_dx import bwd_dx_kernel
 from kernels.cutile.bwd_pass_state import bwd_pass_state_kernel
 from kernels.cutile.causal_conv import (
+    BWD_OCCUPANCY,
     BWD_TILES,
     DEFAULT_BWD,
     DEFAULT_DX,
@@ -37,6 +38,7 @@ from kernels.cutile.chunk_cumsum import chunk_cumsum_kernel
 from kernels.cutile.chunk_cumsum_bwd import chunk_cumsum_bwd_kernel
 from kernels.cutile.compute_out import compute_out_kernel
 from kernels.cutile.fwd_pass_state import fwd_pass_state_kernel, states_dtype
+from kernels.cutile.launch import with_hints
 from kernels.cutile.rms_norm import DEFAULT_BWD as NORM_BWD
 from kernels.cutile.rms_norm import DEFAULT_FWD as NORM_FWD
 from kernels.cutile.rms_norm import FWD_TILES as NORM_TILES
@@ -170,8 +172,8 @@ def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
 
 def conv_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
     """(label, kernel, signature) for the causal conv's kernels (kernels/cutile/causal_conv.py): every dtype with
-    the default tile, every tile of the tune spaces at bf16 without a bias, and k = 3 (the model's is 4). The
-    backward's dx kernel takes the forward's tiles."""
+    the default tile, every tile of the tune spaces at bf16 without a bias (the gv kernel's at each of its
+    occupancy hints), and k = 3 (the model's is 4). The backward's dx kernel takes the forward's tiles."""
     f32 = ct.float32
 
     def arrays(stage: str, dtype) -> list:  # x, weight, bias, then y; or dy, gv, dweight_part, dbias_part, steps
@@ -189,16 +191,19 @@ def conv_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
         ("conv_bwd_gv", conv_bwd_gv_kernel, BWD_TILES, DEFAULT_BWD),
         ("conv_bwd_dx", conv_bwd_dx_kernel, FWD_TILES, DEFAULT_DX),
     ):
-        first = (default.TILE_T, default.TILE_C)
-        cases = [(name, 4, first, True) for name in DTYPES] + [("bfloat16", 4, tile, False) for tile in tiles]
-        cases.append(("bfloat16", 3, first, True))
+        first, hint = (default.TILE_T, default.TILE_C), default.occupancy
+        hints = BWD_OCCUPANCY if stage == "conv_bwd_gv" else dict.fromkeys(tiles, (1,))
+        cases = [(name, 4, first, hint, True) for name in DTYPES]
+        cases += [("bfloat16", 4, tile, occupancy, False) for tile in tiles for occupancy in hints[tile]]
+        cases.append(("bfloat16", 3, first, hint, True))
         if stage == "conv_bwd_dx":  # no bias: one case per dtype, tile and k
-            cases = list(dict.fromkeys((name, k, tile, False) for name, k, tile, _ in cases))
-        for name, k, (tile_t, tile_c), bias in cases:
+            cases = list(dict.fromkeys((name, k, tile, 1, False) for name, k, tile, _, _ in cases))
+        for name, k, (tile_t, tile_c), occupancy, bias in cases:
             constants = [k, tile_t, tile_c] + ([] if stage == "conv_bwd_dx" else [bias])
+            label = f"{stage}[{name},K={k},T={tile_t},C={tile_c}" + ("" if stage == "conv_bwd_dx" else f",bias={bias}")
             yield (
-                f"{stage}[{name},K={k},T={tile_t},C={tile_c}" + ("]" if stage == "conv_bwd_dx" else f",bias={bias}]"),
-                kernel,
+                label + (f",occupancy={occupancy}]" if occupancy > 1 else "]"),
+                with_hints(kernel, occupancy) if occupancy > 1 else kernel,
                 _signature([*arrays(stage, DTYPES[name]), *constants]),
             )
 

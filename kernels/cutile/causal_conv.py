@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import cuda.tile as ct
 import torch
 
-from kernels.cutile.launch import ConstBool, ConstInt, launch
+from kernels.cutile.launch import ConstBool, ConstInt, launch, with_hints
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -155,6 +155,7 @@ class ConvConfig:
     TILE_T: int = 32
     TILE_C: int = 128
     steps: int = 1  # the backward's gv kernel: token tiles per program, summed in registers before one reduction
+    occupancy: int = 1  # the gv kernel's occupancy hint: without one (1) its builds take 255 registers a thread
 
 
 # The tiles that compile without spilling at sm_90 with k = 4, bf16, in the specialization the medium model's step
@@ -162,11 +163,14 @@ class ConvConfig:
 # their 4 running sums for dw (results/probes/conv_gv_loop_resources.py); its dx kernel takes the forward's tiles.
 FWD_TILES = ((16, 64), (16, 128), (16, 256), (32, 64), (32, 128), (64, 64))
 BWD_TILES = ((8, 64), (8, 128), (16, 64), (32, 64))
-BWD_STEPS = (4, 16, 64)  # token tiles a gv program sums in registers (a runtime argument: no compile each)
+BWD_STEPS = (16, 64, 128)  # token tiles a gv program sums in registers (a runtime argument: no compile each)
+# occupancy hints of the gv kernel: 2 builds every tile at 128 registers without spilling, 4 only 8 x 64 (64 registers;
+# the others spill 88-376 bytes): results/probes/conv_gv_occupancy_resources_2026-12-01.txt
+BWD_OCCUPANCY = {(8, 64): (1, 2, 4), (8, 128): (1, 2), (16, 64): (1, 2), (32, 64): (1, 2)}
 MAX_K = 4  # the gv kernel's taps are four named tiles
 # The backward's defaults are its two kernels' fastest configurations at one layer of the medium model's step
-# (tuned, bf16: results/probes/conv_gv_loop_2026-12-01.txt); its dx kernel takes the forward's tiles.
-DEFAULT_FWD, DEFAULT_BWD, DEFAULT_DX = ConvConfig(32, 128), ConvConfig(8, 128, 64), ConvConfig(16, 128)
+# (tuned, bf16: results/probes/conv_gv_occupancy_2026-12-01.txt); its dx kernel takes the forward's tiles.
+DEFAULT_FWD, DEFAULT_BWD, DEFAULT_DX = ConvConfig(32, 128), ConvConfig(8, 64, 128, 4), ConvConfig(16, 128)
 
 
 def fwd_space() -> list[ConvConfig]:
@@ -176,7 +180,12 @@ def fwd_space() -> list[ConvConfig]:
 
 def bwd_space() -> list[ConvConfig]:
     """The backward's configurations tuning times."""
-    return [ConvConfig(tt, tc, steps) for tt, tc in BWD_TILES for steps in BWD_STEPS]
+    return [
+        ConvConfig(tt, tc, steps, occupancy)
+        for tt, tc in BWD_TILES
+        for steps in BWD_STEPS
+        for occupancy in BWD_OCCUPANCY[tt, tc]
+    ]
 
 
 def check_inputs(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
@@ -250,7 +259,7 @@ def conv_bwd(
         dw, db = parts[cfg.TILE_T, cfg.steps]
         grid = (b, segments, -(-c // cfg.TILE_C))
         args = (x, w32, b32, dy, gv, dw, db, cfg.steps, k, cfg.TILE_T, cfg.TILE_C, bias is not None)
-        return grid, conv_bwd_gv_kernel, args
+        return grid, with_hints(conv_bwd_gv_kernel, cfg.occupancy), args
 
     def spec_dx(cfg: ConvConfig):
         grid = (b, -(-l // cfg.TILE_T), -(-c // cfg.TILE_C))
