@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kernels.backends import BACKENDS, BACKWARDS, implementation, resolve, unavailable_reason
+from kernels.backends import BACKENDS, BACKWARDS, cutile_runs, implementation, resolve, unavailable_reason
 from kernels.cutile.tuning import chosen as tuning_choices
 from kernels.cutile.tuning import set_autotune
 from kernels.timing import ssd_timer, timed
@@ -23,6 +23,7 @@ from kernels.timing import ssd_timer, timed
 __all__ = [
     "BACKENDS",
     "BACKWARDS",
+    "cutile_runs",
     "resolve",
     "set_autotune",
     "set_debug_checks",

@@ -83,6 +83,19 @@ def _global_rank_zero() -> bool:
 
 
 @functools.cache
+def _cutile_runs(device_type: str, device_index: int | None) -> bool:
+    device = torch.device(device_type, device_index) if device_index is not None else torch.device(device_type)
+    return unavailable_reason("cutile", device) is None
+
+
+@torch.compiler.assume_constant_result
+def cutile_runs(device_type: str, device_index: int | None = None) -> bool:
+    """Whether cuTile kernels run on this device (`unavailable_reason` says none is in the way): what the model's
+    conv and norm ask for "auto". Under torch.compile this runs once at trace time, a constant of the graph."""
+    return _cutile_runs(device_type, device_index)
+
+
+@functools.cache
 def _resolve(name: str, device_type: str, device_index: int | None) -> str:
     device = torch.device(device_type, device_index) if device_index is not None else torch.device(device_type)
     if name == "auto":

@@ -21,7 +21,7 @@ from torchmetrics import MeanMetric
 import kernels
 import lightning_modules.strategies  # noqa: F401  (registers the "ddp" and "fsdp" strategies)
 from kernels.timing import Mark
-from lightning_modules.model.mamba2 import Mamba2Config, Mamba2LM, next_token_loss
+from lightning_modules.model.mamba2 import Mamba2Config, Mamba2LM, layer_backend, next_token_loss
 
 COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile's
 
@@ -83,11 +83,14 @@ class LanguageModel(L.LightningModule):
                 f"model.config.ssd_backward {self.config.ssd_backward!r} needs the cutile backend, but "
                 f"ssd_backend {self.config.ssd_backend!r} resolved to {name!r} here; use ssd_backward reference"
             )
-        for key in ("conv_backend", "norm_backend"):
-            if getattr(self.config, key) == "cutile" and (reason := kernels.unavailable_reason("cutile", device)):
-                raise ValueError(f"model.config.{key} cutile cannot run here: {reason}; use {key} torch")
+        configured = (self.config.conv_backend, self.config.norm_backend)
+        for key, value in zip(("conv_backend", "norm_backend"), configured, strict=True):
+            if value == "cutile" and (reason := kernels.unavailable_reason("cutile", device)):
+                raise ValueError(f"model.config.{key} cutile cannot run here: {reason}; use {key} torch or auto")
         kernels.set_autotune(self.hparams.cutile_autotune)
         rank_zero_info(f"SSD backend: {name} (configured: {self.config.ssd_backend}, device: {device})")
+        conv, norm = (layer_backend(value, device) for value in configured)
+        rank_zero_info(f"conv and norm: {conv} and {norm} (configured: {' and '.join(configured)})")
 
     # -- steps --------------------------------------------------------------------------------------
     def _loss(self, batch: dict) -> torch.Tensor:

@@ -43,13 +43,13 @@ def test_model_settings_are_checked_before_training(tmp_path, corpus, capsys):
     assert "ssd_backward 'cutile' needs the cutile backend" in line and "resolved to 'torch'" in line
     assert not (tmp_path / "c" / "checkpoints").exists()
     line = _fails_in_one_line(capsys, tiny_args(tmp_path / "d", corpus, "--model.config.conv_backend=triton"))
-    assert "conv_backend must be one of torch, cutile; got 'triton'" in line
+    assert "conv_backend must be one of auto, torch, cutile; got 'triton'" in line
     # The cuTile conv where cuTile cannot run (no CUDA device here)
     for key in ("conv_backend", "norm_backend"):
         line = _fails_in_one_line(
             capsys, tiny_args(tmp_path / key, corpus, f"--model.config.{key}=cutile", "--logging.wandb=false")
         )
-        assert f"model.config.{key} cutile cannot run here" in line and f"use {key} torch" in line
+        assert f"model.config.{key} cutile cannot run here" in line and f"use {key} torch or auto" in line
         assert not (tmp_path / key / "checkpoints").exists()
 
 

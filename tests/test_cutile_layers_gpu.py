@@ -175,7 +175,12 @@ def test_norm_compiled_fullgraph_matches_eager():
 
 @pytest.mark.parametrize(
     "layers",
-    [{"conv_backend": "cutile"}, {"norm_backend": "cutile"}, {"norm_backend": "cutile", "conv_backend": "cutile"}],
+    [
+        {"conv_backend": "cutile"},
+        {"norm_backend": "cutile"},
+        {"norm_backend": "cutile", "conv_backend": "cutile"},
+        {"norm_backend": "auto", "conv_backend": "auto"},  # cuTile runs here: auto takes both kernels
+    ],
 )
 def test_model_with_cutile_layers_matches_torch_layers(layers):
     cfg = dict(vocab_size=256, d_model=64, n_layer=2, d_state=16, headdim=16, chunk_size=32, ssd_backend="torch")

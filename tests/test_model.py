@@ -10,8 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import kernels
 from kernels.reference import ssd_chunked
-from lightning_modules.model.mamba2 import Mamba2Config, Mamba2LM, next_token_loss
+from lightning_modules.model import mamba2
+from lightning_modules.model.layers import causal_conv1d_silu
+from lightning_modules.model.mamba2 import Mamba2Config, Mamba2LM, layer_backend, next_token_loss
 
 CFG = dict(vocab_size=97, d_model=32, n_layer=2, d_state=8, headdim=16, ngroups=2, chunk_size=8)
 
@@ -185,6 +188,49 @@ def test_compiled_model_is_one_graph_with_the_same_loss_and_gradients():
     torch.testing.assert_close(c_loss, loss)
     for g, r in zip(c_grads, grads):
         torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-6)
+
+
+def test_auto_layers_run_torch_where_cutile_cannot_and_stay_one_graph():
+    """conv_backend and norm_backend "auto" on the CPU: the torch layers, the same loss bit for bit, and the
+    choice is a constant of the compiled graph (fullgraph=True fails on a graph break)."""
+    assert layer_backend("auto", torch.device("cpu")) == "torch"
+    torch.manual_seed(0)
+    model = Mamba2LM(Mamba2Config(**FUSED, conv_backend="auto", norm_backend="auto"))
+    ref = Mamba2LM(Mamba2Config(**FUSED))
+    ref.load_state_dict(model.state_dict())
+    tokens = torch.randint(0, 97, (3, 21))
+    loss = next_token_loss(model, tokens)
+    assert torch.equal(loss, next_token_loss(ref, tokens))
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager_decomp_partition")
+    torch.testing.assert_close(next_token_loss(compiled, tokens), loss)
+
+
+def test_auto_layers_call_the_cutile_kernels_where_cutile_runs(monkeypatch):
+    """Where kernels.cutile_runs says yes for the inputs' device, "auto" calls the cuTile conv and norm (here
+    stand-ins that record their calls and compute the torch layers)."""
+    calls = []
+
+    def conv(x, weight, bias):
+        calls.append("conv")
+        return causal_conv1d_silu(x, weight, bias)
+
+    def norm(x, weight, eps, z=None, group_size=None):
+        calls.append("norm")
+        return mamba2.rms_norm(x, weight, eps, z, group_size)
+
+    monkeypatch.setattr(kernels, "cutile_runs", lambda device_type, device_index=None: device_type == "cpu")
+    monkeypatch.setattr(mamba2, "_cutile_conv", lambda: conv)
+    monkeypatch.setattr(mamba2, "_cutile_norm", lambda: norm)
+    assert (
+        layer_backend("auto", torch.device("cpu")) == "cutile"
+        and layer_backend("torch", torch.device("cpu")) == "torch"
+    )
+    for layers, expected in (({}, []), ({"conv_backend": "auto", "norm_backend": "auto"}, ["conv", "norm"] * 2)):
+        calls.clear()
+        model = Mamba2LM(Mamba2Config(**FUSED, **layers))  # two layers
+        next_token_loss(model, torch.randint(0, 97, (2, 9)))
+        assert calls == expected
 
 
 def test_loss_equals_cross_entropy_of_the_logits_and_an_ssd_stand_in_replaces_the_ssd():

@@ -16,6 +16,7 @@ token with a constant-size cache (conv window + SSM state) for generation.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,28 +30,56 @@ from kernels.reference import process_dt, ssd_step
 from lightning_modules.model.layers import causal_conv1d_silu, compute_dtype, rms_norm, split_linear
 from lightning_modules.model.loss import linear_cross_entropy
 
-LAYER_BACKENDS = ("torch", "cutile")  # conv_backend and norm_backend: the block's work around the SSD
+# conv_backend and norm_backend: the block's work around the SSD. "auto" picks per call: cutile where cuTile runs on
+# the inputs' device (kernels.cutile_runs, a constant under torch.compile), else torch.
+LAYER_BACKENDS = ("auto", "torch", "cutile")
+
+
+def layer_backend(name: str, device: torch.device) -> str:
+    """The concrete backend ("torch" or "cutile") that conv_backend or norm_backend `name` runs on `device`."""
+    if name != "auto":
+        return name
+    return "cutile" if kernels.cutile_runs(device.type, device.index) else "torch"
+
+
+@functools.cache
+def _cutile_conv() -> Callable[[Tensor, Tensor, Tensor | None], Tensor]:
+    from kernels.cutile.causal_conv import causal_conv1d_silu as cutile_conv
+
+    return cutile_conv
+
+
+@functools.cache
+def _cutile_norm() -> Callable[..., Tensor]:
+    from kernels.cutile.rms_norm import rms_norm as cutile_norm
+
+    def norm(x: Tensor, weight: Tensor, eps: float, z: Tensor | None = None, group_size: int | None = None):
+        return cutile_norm(x, weight, eps, z, group_size or x.shape[-1], compute_dtype(x))
+
+    return norm
+
+
+def _implementation(name: str, cutile: Callable[[], Callable[..., Tensor]], torch_fn: Callable[..., Tensor]):
+    if name == "torch":
+        return torch_fn
+    if name == "cutile":
+        return cutile()
+
+    def auto(x: Tensor, *args, **kwargs) -> Tensor:
+        fn = cutile() if layer_backend(name, x.device) == "cutile" else torch_fn
+        return fn(x, *args, **kwargs)
+
+    return auto
 
 
 def conv_implementation(name: str) -> Callable[[Tensor, Tensor, Tensor | None], Tensor]:
     """The causal conv + SiLU of `name` (Mamba2Config.conv_backend): (x (b, l, c), weight (c, k), bias) -> y."""
-    if name == "cutile":
-        from kernels.cutile.causal_conv import causal_conv1d_silu as cutile_conv
-
-        return cutile_conv
-    return causal_conv1d_silu
+    return _implementation(name, _cutile_conv, causal_conv1d_silu)
 
 
 def norm_implementation(name: str) -> Callable[..., Tensor]:
     """The gated RMSNorm of `name` (Mamba2Config.norm_backend), with layers.rms_norm's signature."""
-    if name == "cutile":
-        from kernels.cutile.rms_norm import rms_norm as cutile_norm
-
-        def norm(x: Tensor, weight: Tensor, eps: float, z: Tensor | None = None, group_size: int | None = None):
-            return cutile_norm(x, weight, eps, z, group_size or x.shape[-1], compute_dtype(x))
-
-        return norm
-    return rms_norm
+    return _implementation(name, _cutile_norm, rms_norm)
 
 
 @dataclass
@@ -63,10 +92,11 @@ class Mamba2Config:
         or "cutile" (the backward kernels); the other backends have one backward each.
     vocab_size: train.py sets it from data.vocab_size.
     loss_chunk: tokens per chunk of the LM head + cross-entropy (loss.py): the logits held at once.
-    conv_backend: the causal conv + SiLU, "torch" (layers.causal_conv1d_silu, fused by torch.compile) or
-        "cutile" (kernels/cutile/causal_conv.py, forward and backward kernels; CUDA only).
-    norm_backend: the block's gated RMSNorm, "torch" (layers.rms_norm) or "cutile" (kernels/cutile/rms_norm.py;
-        CUDA only). The pre-norms of the residual stream stay layers.rms_norm.
+    conv_backend: the causal conv + SiLU, "torch" (layers.causal_conv1d_silu, fused by torch.compile),
+        "cutile" (kernels/cutile/causal_conv.py, forward and backward kernels; CUDA only) or "auto" (cutile
+        where cuTile runs on the inputs' device, else torch).
+    norm_backend: the block's gated RMSNorm, "torch" (layers.rms_norm), "cutile" (kernels/cutile/rms_norm.py;
+        CUDA only) or "auto", as conv_backend. The pre-norms of the residual stream stay layers.rms_norm.
     """
 
     vocab_size: int = 4096
