@@ -48,6 +48,7 @@ SHAPE_IN_CONFIG = {"dstate": "d_state", "headdim": "headdim", "chunk_size": "chu
 HEADLINE_RUNS = 3  # a headline figure is the median of at least this many separate processes
 STANDIN = "standin"  # bench_step's row with the SSD replaced by y = x·D: the rest of the step, not a backend
 BACKEND_KEYS = ("ssd_backend", "ssd_backward")  # model config fields a record's backend label already gives
+LAYER_KEYS = {"conv_backend": "conv", "norm_backend": "norm"}  # model config fields a step row's mode gives
 GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile modes that replay CUDA graphs: no launch overhead
 PEAK = "peak_bf16_tflops"  # the dense bf16 peak MFU is taken over, where the step JSON records it
 STEP_COLUMNS = {  # record["median"] field -> column
@@ -450,8 +451,12 @@ def step_key(rec: dict) -> tuple:
 
 
 def step_mode(rec: dict) -> str:
-    """eager, compile, or compile with its torch.compile mode (compile reduce-overhead: CUDA graphs)."""
-    return " ".join([rec["mode"], *([rec["compile_mode"]] if rec.get("compile_mode") else [])])
+    """eager, compile, or compile with its torch.compile mode (compile reduce-overhead: CUDA graphs), then the
+    layers around the SSD that ran as cuTile kernels where any did (", cuTile conv + norm")."""
+    mode = " ".join([rec["mode"], *([rec["compile_mode"]] if rec.get("compile_mode") else [])])
+    cfg = rec.get("config", {})
+    layers = [name for key, name in LAYER_KEYS.items() if cfg.get(key, "torch") != "torch"]
+    return mode + (f", cuTile {' + '.join(layers)}" if layers else "")
 
 
 def step_figures(rec: dict, base: dict | None, run: dict) -> dict[str, float | None]:
@@ -469,8 +474,9 @@ def step_figures(rec: dict, base: dict | None, run: dict) -> dict[str, float | N
 
 
 def model_config(rec: dict) -> dict:
-    """A record's model config but the SSD backend and backward, which its row's backend column names."""
-    return {k: v for k, v in rec["config"].items() if k not in BACKEND_KEYS}
+    """A record's model config but the SSD backend and backward, which its row's backend column names, and the
+    layers' backends, which its mode names."""
+    return {k: v for k, v in rec["config"].items() if k not in (*BACKEND_KEYS, *LAYER_KEYS)}
 
 
 def model_text(size: str, figures: dict[str, Stat | None]) -> str:
@@ -485,19 +491,26 @@ def series_keys(runs: list[dict]) -> set[tuple]:
     return {step_key(r) for run in runs for r in run["records"] if "error" not in r}
 
 
-def check_step_series(series: dict[str, list[dict]]) -> None:
-    """Each step row (model, L, batch, mode) comes from one series: runs of other settings are not pooled."""
-    seen: dict[tuple, str] = {}
+def claim_step_rows(series: dict[str, list[dict]]) -> tuple[dict[str, list[dict]], list[str]]:
+    """Each step row (model, L, batch, mode) comes from one series, never pooled across series (their settings
+    may differ): the first series listed that holds a row keeps it, and it is left out of the later ones. Returns
+    the series so claimed and a line for each row left out."""
+    owner: dict[tuple, str] = {}
+    claimed, notes = {}, []
     for name, runs in series.items():
-        for key in sorted(series_keys(runs), key=str):
-            if key in seen:
-                raise SystemExit(
-                    f"report.py: step series {seen[key]} and {name} both hold {key}; give each its own rows"
-                )
-            seen[key] = name
+        taken = {k: owner[k] for k in series_keys(runs) if k in owner}
+        owner |= {k: name for k in series_keys(runs) if k not in taken}
+        claimed[name] = [
+            {**run, "records": [r for r in run["records"] if "error" in r or step_key(r) not in taken]} for run in runs
+        ]
+        notes += [
+            f"{name}'s rows at {size}, L {seqlen}, batch {batch}, {mode} are left out: {first}, listed first, holds them."
+            for (size, seqlen, batch, mode), first in sorted(taken.items(), key=str)
+        ]
+    return claimed, notes
 
 
-def step_section(series: list[list[dict]], spool: Pool, base: str) -> str:
+def step_section(series: list[list[dict]], spool: Pool, base: str, left_out: list[str]) -> str:
     """The step table of every step series (one per benchmark setting, e.g. compile mode), captioned per series."""
     runs = [r for s in series for r in s]
     header = ["model", "L", "batch", "mode", "backend", *STEP_COLUMNS.values(), "own peak GiB", f"step: over {base}"]
@@ -546,7 +559,8 @@ def step_section(series: list[list[dict]], spool: Pool, base: str) -> str:
         "",
         table(header, rows),
     ]
-    return "\n".join(lines + (["", "Not measured: " + "; ".join(errors) + "."] if errors else []))
+    lines += ["", "Not measured: " + "; ".join(errors) + "."] if errors else []
+    return "\n".join(lines + (["", *left_out] if left_out else []))
 
 
 # ---- scaling to several GPUs ----------------------------------------------------------------------------
@@ -1064,7 +1078,7 @@ def main(argv: list[str] | None = None) -> int:
     named = {
         name: load_series(args.results, name, "bench_step") for name in ordered(n.strip() for n in args.step.split(","))
     }
-    check_step_series(named)
+    named, left_out = claim_step_rows(named)
     sseries = list(named.values())
     srun = [r for runs in sseries for r in runs]
     scaling = args.scaling or (SCALING_DEFAULT if series_files(args.results, SCALING_DEFAULT) else None)
@@ -1108,7 +1122,7 @@ def main(argv: list[str] | None = None) -> int:
         per_kernel_section(krun),
         "",
         *([sweep_section(swrun, pool(swrun, shape_key, kernel_figures, base), base), ""] if swrun else []),
-        step_section(sseries, spool, base),
+        step_section(sseries, spool, base, left_out),
         "",
         reconcile_section(rec, base, kpool),
         *(["", scaling_section(scrun, scpool)] if scrun else []),

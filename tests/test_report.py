@@ -360,13 +360,26 @@ def test_report_renders_step_series_per_compile_mode_and_compiled_amdahl_by_subt
 
 
 def test_report_keeps_step_series_apart_and_shows_only_rows_every_run_measured(tmp_path):
-    """A step row held by two series (other settings) is refused, not pooled; a row whose backend failed in
-    some of three runs is named, not shown in the headline."""
+    """A step row held by two series (other settings) comes from the first listed, never pooled, and the report
+    says what it left out; rows of the cuTile conv and norm are their own; a row whose backend failed in some of
+    three runs is named, not shown in the headline."""
     write(tmp_path / "kernels_t.json", kernel_run({"cutilereference": 0.5, "triton": 1.0, "cutilecutile": 0.25}))
     write(tmp_path / "step_a.json", compiled_step_run(100.0, None))
-    write(tmp_path / "step_b.json", {**compiled_step_run(110.0, None), "settings": {"out": "b", "steps": 20}})
+    layers = {**CONFIG, "conv_backend": "cutile", "norm_backend": "cutile"}
+    b = {**compiled_step_run(110.0, None), "settings": {"out": "b", "steps": 20}}
+    b["records"] += [
+        {**r, "config": layers, "median": {**r["median"], "step_ms": r["median"]["step_ms"] / 2}} for r in b["records"]
+    ]
+    write(tmp_path / "step_b.json", b)
     done = run_report(tmp_path, tmp_path, "--kernels", "kernels_t", "--step", "step_a,step_b")
-    assert done.returncode != 0 and "step series step_a and step_b both hold" in done.stderr
+    assert done.returncode == 0, done.stderr
+    step_table = (tmp_path / "BENCHMARKS.md").read_text().split("## The training step")[1].split("## Isolated")[0]
+    assert (
+        "step_b's rows at mini, L 1024, batch 2, compile are left out: step_a, listed first, holds them." in step_table
+    )
+    rows = {tuple(line.split(" | ")[3:5]): line for line in step_table.splitlines() if line.startswith("| mini")}
+    assert "| 100.0 |" in rows["compile", "triton"] and "| 55.0 |" in rows["compile, cuTile conv + norm", "triton"]
+    assert "| 1.375 |" in rows["compile, cuTile conv + norm", "cutile + cutile backward"]  # 55 / 40, same layers
 
     for i in (1, 2, 3):
         run = compiled_step_run(100.0 + i, None)
