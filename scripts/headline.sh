@@ -5,6 +5,7 @@
 #   scripts/headline.sh kernels [N]       # the SSD alone at the seed shape and the step's: bench_kernels.py, processes 1-3 or N
 #   scripts/headline.sh step [N]          # the medium model's training step, compiled (the configs' default): bench_step.py
 #   scripts/headline.sh step_graphs [N]   # the same step compiled with CUDA graphs (compile mode reduce-overhead)
+#   scripts/headline.sh step_layers [N]   # that step with the cuTile conv + norm (medium.yaml's layers), 4 timed steps
 #   scripts/headline.sh sweep [N]         # the SSD forward alone over the 16 shapes of bench_kernels' sweep
 #   scripts/headline.sh report            # render what results/ holds (no GPU needed; every series above must exist)
 #
@@ -17,16 +18,18 @@
 # kernels series' processes took 203 s (135 s of it precompiling on 16 cores), 52 and 45 s on one H200
 # (2026-12-01); the sweep's 138 s (after 89 s of precompiling), 65 and 76 s; step_graphs' 388 s (after 132 s of
 # precompiling), 333 s (after 138 s of precompiling on a fresh machine) and 125 s (on the same machine right after,
-# its caches kept); the step series has not run yet.
+# its caches kept); step_layers' 275 s (on the machine that had just precompiled), 97 and 92 s; the step series has
+# not run yet.
 # RESULTS (default results/) says where the JSON goes, OUT (default the repository) where BENCHMARKS.md and
 # README.md are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: scripts/headline.sh kernels|step|step_graphs|sweep|report}
+part=${1:?usage: scripts/headline.sh kernels|step|step_graphs|step_layers|sweep|report}
 results=${RESULTS:-results}
 kernels_series=kernels_h200_headline
 step_series=step_h200_compiled
 graphs_series=step_h200_cudagraphs
+layers_series=step_h200_layers_graphs_quick
 sweep_series=kernels_h200_sweep
 
 only=${2:-}
@@ -68,16 +71,22 @@ step_graphs)
     run3 "$graphs_series" python scripts/bench_step.py --configs medium --modes compile --compile_mode reduce-overhead \
         --backends standin,triton,cutile_bwd --autotune
     ;;
+step_layers)
+    # the plain triton row is the layers' gain for Triton; report.py shows it from step_graphs, listed first
+    precompile step
+    run3 "$layers_series" python scripts/bench_step.py --configs medium --modes compile --compile_mode reduce-overhead \
+        --backends standin+conv+norm,triton,triton+conv+norm,cutile_bwd+conv+norm --quick --autotune
+    ;;
 sweep)
     precompile sweep --modes fwd --no-triton
     run3 "$sweep_series" python scripts/bench_kernels.py --shapes sweep --backends cutile,triton --modes fwd --autotune
     ;;
 report)
     python scripts/report.py --results "$results" --out "${OUT:-.}" --kernels "$kernels_series" \
-        --step "$step_series,$graphs_series" --sweep "$sweep_series"
+        --step "$step_series,$graphs_series,$layers_series" --sweep "$sweep_series"
     ;;
 *)
-    echo "scripts/headline.sh: unknown part '$part'; use kernels, step, step_graphs, sweep or report" >&2
+    echo "scripts/headline.sh: unknown part '$part'; use kernels, step, step_graphs, step_layers, sweep or report" >&2
     exit 2
     ;;
 esac

@@ -25,6 +25,7 @@ import json
 import math
 import re
 import statistics
+import textwrap
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -971,7 +972,7 @@ def plots(kpool: Pool, spool: Pool, rec: list[dict], base: str, gpu: str, out_di
         ("other bwd", "#ff9896", lambda m: m["backward_ms"] - m["ssd_backward_ms"]),
         ("optimizer", "#7f7f7f", lambda m: m["optimizer_ms"]),
     ]
-    fig, ax = plt.subplots(figsize=(max(6, 0.6 * sum(len(by) for by in spool.values())), 4.2))
+    fig, ax = plt.subplots(figsize=(max(6, 0.75 * sum(len(by) for by in spool.values())), 4.8))
     ticks, x = [], 0.0
     for (size, seqlen, _, mode), by in spool.items():
         for name, f in by.items():
@@ -980,7 +981,7 @@ def plots(kpool: Pool, spool: Pool, rec: list[dict], base: str, gpu: str, out_di
             for part, color, value in parts:
                 ax.bar(x, value(medians), bottom=bottom, color=color, label=part if not ticks else None)
                 bottom += value(medians)
-            ticks.append((x, f"{size}\nL={seqlen}\n{mode}\n{name}"))
+            ticks.append((x, "\n".join([size, f"L={seqlen}", textwrap.fill(mode, 12), textwrap.fill(name, 12)])))
             x += 1
         x += 0.5
     ax.set_xticks([t for t, _ in ticks], [n for _, n in ticks], fontsize=6)
@@ -989,7 +990,7 @@ def plots(kpool: Pool, spool: Pool, rec: list[dict], base: str, gpu: str, out_di
     paths.append(save(fig, "step_breakdown.png"))
 
     if rec:
-        fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(rec)), 3.8))
+        fig, ax = plt.subplots(figsize=(max(6, 1.5 * len(rec)), 4.2))
         bars = (
             ("predicted_from_isolated", "predicted (isolated k)"),
             ("predicted_from_in_step", "predicted (in-step k)"),
@@ -1000,7 +1001,10 @@ def plots(kpool: Pool, spool: Pool, rec: list[dict], base: str, gpu: str, out_di
             xs = [i + 0.2 * (j - (len(shown) - 1) / 2) for i in range(len(rec))]
             ax.bar(xs, [m for m, _ in stats], 0.2, yerr=list(zip(*[e for _, e in stats])), label=name)
         ax.axhline(1.0, color="gray", lw=0.8)
-        names = [f"{r['size']} L={r['seqlen']}\n{r['mode']}\n{r['backend']}" for r in rec]
+        names = [
+            f"{r['size']} L={r['seqlen']}\n{textwrap.fill(r['mode'], 22)}\n{textwrap.fill(r['backend'], 22)}"
+            for r in rec
+        ]
         ax.set_xticks(range(len(rec)), names, fontsize=7)
         ax.set_ylabel(f"step speedup over {base}")
         ax.legend(fontsize=8)
