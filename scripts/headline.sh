@@ -3,7 +3,7 @@
 # the median of the three, shown with its min-max), then BENCHMARKS.md, the plots and README's headline block.
 #
 #   scripts/headline.sh kernels [N]       # the SSD alone at the seed shape and the step's: bench_kernels.py, processes 1-3 or N
-#   scripts/headline.sh step [N]          # the medium model's training step, compiled (the configs' default): bench_step.py
+#   scripts/headline.sh step [N]          # the medium model's training step, compiled without CUDA graphs: bench_step.py
 #   scripts/headline.sh step_graphs [N]   # the same step compiled with CUDA graphs (compile mode reduce-overhead)
 #   scripts/headline.sh step_layers [N]   # that step with the cuTile conv + norm (medium.yaml's layers), 4 timed steps
 #   scripts/headline.sh sweep [N]         # the SSD forward alone over the 16 shapes of bench_kernels' sweep
@@ -62,7 +62,7 @@ step)
     # the medium model's SSD is bench_kernels' step shape: its x/B/C views compile as bench_kernels' tensors do
     # (profiles show the same specializations); its dt is bf16, so chunk_cumsum still compiles in process 1
     precompile step
-    run3 "$step_series" python scripts/bench_step.py --configs medium --modes compile \
+    run3 "$step_series" python scripts/bench_step.py --configs medium --modes compile --compile_mode default \
         --backends standin,triton,cutile,cutile_bwd --autotune
     ;;
 step_graphs)

@@ -9,9 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 import train
-from tests.helpers import default_sigint, tiny_args
+from lightning_modules.language_model import COMPILE_MODES
+from lightning_modules.model.mamba2 import Mamba2Config
+from tests.helpers import default_sigint, run_script, tiny_args
 from tests.test_errors import _fails_in_one_line
 
 pytestmark = pytest.mark.slow
@@ -93,3 +96,13 @@ def test_ctrl_c_while_the_libraries_load_ends_in_one_line(tmp_path):
         proc.wait()
     assert rest.strip().splitlines()[-1] == "train.py: error: interrupted before training began"
     assert "Traceback" not in rest
+
+
+@pytest.mark.parametrize("config", sorted(p.name for p in (Path(__file__).parents[1] / "configs").glob("*.yaml")))
+def test_every_shipped_config_is_valid(config):
+    """Each configs/*.yaml passes LightningCLI's validation (unknown keys, types) and holds choices the model takes."""
+    done = run_script("train.py", "--config", f"configs/{config}", "--print_config", timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    model = yaml.safe_load(done.stdout)["model"]
+    Mamba2Config(**model["config"]).validate()
+    assert model["compile_mode"] in COMPILE_MODES
