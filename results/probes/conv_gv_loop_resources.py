@@ -3,10 +3,13 @@ of token tiles (production since commit 3c94987; before it, results/variants/cau
 tile of its tune space and each occupancy hint asked for, compiled with the array constraints the medium model's
 step launched (32-bit indices, strides divisible by 8, 16-byte bases: the conv_bwd kernel name below, from
 results/step_h200_layers_quick.json's profile, encodes them; the partial sums take them too, with their own shape
-divisors). Needs cuobjdump and nvdisasm (scripts/kernel_resources.py says how):
+divisors). With `--stage fwd`, the forward kernel of a variant that walks token tiles the same way
+(results/variants/causal_conv_fwd_loop.patch), at the forward's launched constraints. Needs cuobjdump and nvdisasm
+(scripts/kernel_resources.py says how):
 
     PYTHONPATH=. python results/probes/conv_gv_loop_resources.py --cuobjdump PATH                # production
     PYTHONPATH=. python results/probes/conv_gv_loop_resources.py --cuobjdump PATH --occupancy 1,2,3,4 VARIANT.py
+    PYTHONPATH=. python results/probes/conv_gv_loop_resources.py --cuobjdump PATH --stage fwd --occupancy 1,2,4 VARIANT.py
 
 Its output of 2026-12-01 (conv_gv_loop_resources_2026-12-01.txt) came from the script's first form, which also
 built the one-pass gv kernel production had then.
@@ -27,6 +30,10 @@ LAUNCHED = (
     "conv_bwd_kernel_Kt1_A3bf16_3v8l0_4t1_6i16_p16_A2f32_1i16v4l0_2t1_p16_A1f32_1i16t1_p16_A3bf16_3v8l0_4t1_6i16_p16"
     "_A3bf16_3v8l0_4t1_6i16_p16_A4f32_6i16_7v4l0_8t1_p16_A3f32_3v4l0_4t1_6i16_p16_I4_I16_I256_B1"
 )
+LAUNCHED_FWD = (  # results/step_h200_layers_graphs_profile_quick.json's profile
+    "conv_fwd_kernel_Kt1_A3bf16_3v8l0_4t1_6i16_p16_A2f32_1i16v4l0_2t1_p16_A1f32_1i16t1_p16_A3bf16_3v8l0_4t1_6i16_p16"
+    "_I4_I16_I128_B1"
+)
 
 
 def gv_signature(tile_t: int, tile_c: int) -> ctc.KernelSignature:
@@ -42,20 +49,34 @@ def gv_signature(tile_t: int, tile_c: int) -> ctc.KernelSignature:
     return ctc.KernelSignature(tuple(params), calling_convention=like.calling_convention)
 
 
+def fwd_signature(tile_t: int, tile_c: int) -> ctc.KernelSignature:
+    """The token-walking forward's signature at a tile: x, weight, bias and y as launched, `steps` a runtime int32,
+    k 4, with a bias."""
+    _, like = ctc.demangle_kernel_name(LAUNCHED_FWD)
+    p = list(like.parameters)  # x, weight, bias, y, K, TILE_T, TILE_C, HAS_BIAS
+    constants = [ctc.ConstantConstraint(tile_t), ctc.ConstantConstraint(tile_c)]
+    params = [*p[:4], ctc.ScalarConstraint(ct.int32), p[4], *constants, p[7]]
+    return ctc.KernelSignature(tuple(params), calling_convention=like.calling_convention)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cuobjdump", required=True)
     ap.add_argument("--occupancy", default="", help="occupancy hints, comma-separated (default: none)")
+    ap.add_argument("--stage", choices=("gv", "fwd"), default="gv", help="fwd: a token-walking forward's variant")
     ap.add_argument("variant", nargs="?", help="a changed copy of kernels/cutile/causal_conv.py (default: production)")
     args = ap.parse_args()
     module = load_variant(args.variant) if args.variant else causal_conv
     hints = [int(h) for h in args.occupancy.split(",") if h] or [None]
-    for tt, tc in module.BWD_TILES:
+    kernel, tiles, signature = {
+        "gv": (module.conv_bwd_gv_kernel, module.BWD_TILES, gv_signature),
+        "fwd": (module.conv_fwd_kernel, module.FWD_TILES, fwd_signature),
+    }[args.stage]
+    for tt, tc in tiles:
         for occupancy in hints:
-            kernel = module.conv_bwd_gv_kernel
-            kernel = kernel if occupancy is None else with_hints(kernel, occupancy)
-            found = resources(kernel, gv_signature(tt, tc), "sm_90", args.cuobjdump, sass=True)
-            print(f"gv {tt}x{tc} occupancy {occupancy or '-'}  {found}", flush=True)
+            hinted = kernel if occupancy is None else with_hints(kernel, occupancy)
+            found = resources(hinted, signature(tt, tc), "sm_90", args.cuobjdump, sass=True)
+            print(f"{args.stage} {tt}x{tc} occupancy {occupancy or '-'}  {found}", flush=True)
 
 
 if __name__ == "__main__":
