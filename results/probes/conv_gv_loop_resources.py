@@ -3,13 +3,14 @@ of token tiles (production since commit 3c94987; before it, results/variants/cau
 tile of its tune space and each occupancy hint asked for, compiled with the array constraints the medium model's
 step launched (32-bit indices, strides divisible by 8, 16-byte bases: the conv_bwd kernel name below, from
 results/step_h200_layers_quick.json's profile, encodes them; the partial sums take them too, with their own shape
-divisors). With `--stage fwd`, the forward kernel of a variant that walks token tiles the same way
-(results/variants/causal_conv_fwd_loop.patch), at the forward's launched constraints. Needs cuobjdump and nvdisasm
-(scripts/kernel_resources.py says how):
+divisors). With `--stage fwd` or `--stage dx`, the forward or dx kernel of a variant that walks token tiles the same
+way (results/variants/causal_conv_fwd_dx_loop.patch), at that kernel's launched constraints. Needs cuobjdump and
+nvdisasm (scripts/kernel_resources.py says how):
 
     PYTHONPATH=. python results/probes/conv_gv_loop_resources.py --cuobjdump PATH                # production
     PYTHONPATH=. python results/probes/conv_gv_loop_resources.py --cuobjdump PATH --occupancy 1,2,3,4 VARIANT.py
     PYTHONPATH=. python results/probes/conv_gv_loop_resources.py --cuobjdump PATH --stage fwd --occupancy 1,2,4 VARIANT.py
+    PYTHONPATH=. python results/probes/conv_gv_loop_resources.py --cuobjdump PATH --stage dx --occupancy 1,2,4 VARIANT.py
 
 Its output of 2026-12-01 (conv_gv_loop_resources_2026-12-01.txt) came from the script's first form, which also
 built the one-pass gv kernel production had then.
@@ -33,6 +34,9 @@ LAUNCHED = (
 LAUNCHED_FWD = (  # results/step_h200_layers_graphs_profile_quick.json's profile
     "conv_fwd_kernel_Kt1_A3bf16_3v8l0_4t1_6i16_p16_A2f32_1i16v4l0_2t1_p16_A1f32_1i16t1_p16_A3bf16_3v8l0_4t1_6i16_p16"
     "_I4_I16_I128_B1"
+)
+LAUNCHED_DX = (  # the same profile
+    "conv_bwd_dx_kernel_Kt1_A3bf16_3v8l0_4t1_6i16_p16_A2f32_1i16v4l0_2t1_p16_A3bf16_3v8l0_4t1_6i16_p16_I4_I16_I128"
 )
 
 
@@ -59,11 +63,20 @@ def fwd_signature(tile_t: int, tile_c: int) -> ctc.KernelSignature:
     return ctc.KernelSignature(tuple(params), calling_convention=like.calling_convention)
 
 
+def dx_signature(tile_t: int, tile_c: int) -> ctc.KernelSignature:
+    """The token-walking dx kernel's signature at a tile: gv, weight and dx as launched, `steps` a runtime int32, k 4."""
+    _, like = ctc.demangle_kernel_name(LAUNCHED_DX)
+    p = list(like.parameters)  # gv, weight, dx, K, TILE_T, TILE_C
+    constants = [ctc.ConstantConstraint(tile_t), ctc.ConstantConstraint(tile_c)]
+    params = [*p[:3], ctc.ScalarConstraint(ct.int32), p[3], *constants]
+    return ctc.KernelSignature(tuple(params), calling_convention=like.calling_convention)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cuobjdump", required=True)
     ap.add_argument("--occupancy", default="", help="occupancy hints, comma-separated (default: none)")
-    ap.add_argument("--stage", choices=("gv", "fwd"), default="gv", help="fwd: a token-walking forward's variant")
+    ap.add_argument("--stage", choices=("gv", "fwd", "dx"), default="gv", help="fwd, dx: a token-walking variant's")
     ap.add_argument("variant", nargs="?", help="a changed copy of kernels/cutile/causal_conv.py (default: production)")
     args = ap.parse_args()
     module = load_variant(args.variant) if args.variant else causal_conv
@@ -71,6 +84,7 @@ def main() -> None:
     kernel, tiles, signature = {
         "gv": (module.conv_bwd_gv_kernel, module.BWD_TILES, gv_signature),
         "fwd": (module.conv_fwd_kernel, module.FWD_TILES, fwd_signature),
+        "dx": (module.conv_bwd_dx_kernel, module.FWD_TILES, dx_signature),
     }[args.stage]
     for tt, tc in tiles:
         for occupancy in hints:
