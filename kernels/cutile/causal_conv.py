@@ -13,8 +13,9 @@ sequence start or past its end read as zero), served from L1/L2 after the first:
 from HBM about once. The backward takes two kernels: the first recomputes v (the forward writes only y) once,
 writes gv in dy's dtype and per-program partial sums of dw and dbias that the host adds up; the second forms dx
 from k shifted rows of gv. A gv program walks `steps` token tiles (its segment), summing gv x each shifted row
-and gv elementwise in registers, and reduces over tokens once at the end. Arithmetic in fp32; y and dx in x's
-dtype. The backward takes k up to 4 (Mamba-2's d_conv is 4).
+and gv elementwise in registers, and reduces over tokens once at the end; its builds take an occupancy hint (without
+one they use 255 registers a thread, one program an SM). Arithmetic in fp32; y and dx in x's dtype. The backward
+takes k up to 4 (Mamba-2's d_conv is 4).
 """
 
 from __future__ import annotations
