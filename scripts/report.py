@@ -499,8 +499,9 @@ def claim_step_rows(series: dict[str, list[dict]]) -> tuple[dict[str, list[dict]
     owner: dict[tuple, str] = {}
     claimed, notes = {}, []
     for name, runs in series.items():
-        taken = {k: owner[k] for k in series_keys(runs) if k in owner}
-        owner |= {k: name for k in series_keys(runs) if k not in taken}
+        keys = series_keys(runs)
+        taken = {k: owner[k] for k in keys if k in owner}
+        owner |= {k: name for k in keys if k not in taken}
         claimed[name] = [
             {**run, "records": [r for r in run["records"] if "error" in r or step_key(r) not in taken]} for run in runs
         ]
