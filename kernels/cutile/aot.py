@@ -29,6 +29,7 @@ from kernels.cutile.causal_conv import (
     DEFAULT_BWD,
     DEFAULT_DX,
     DEFAULT_FWD,
+    FWD_OCCUPANCY,
     FWD_TILES,
     conv_bwd_dx_kernel,
     conv_bwd_gv_kernel,
@@ -39,9 +40,12 @@ from kernels.cutile.chunk_cumsum_bwd import chunk_cumsum_bwd_kernel
 from kernels.cutile.compute_out import compute_out_kernel
 from kernels.cutile.fwd_pass_state import fwd_pass_state_kernel, states_dtype
 from kernels.cutile.launch import with_hints
+from kernels.cutile.rms_norm import BWD_TILES as NORM_BWD_TILES
 from kernels.cutile.rms_norm import DEFAULT_BWD as NORM_BWD
 from kernels.cutile.rms_norm import DEFAULT_FWD as NORM_FWD
-from kernels.cutile.rms_norm import FWD_TILES as NORM_TILES
+from kernels.cutile.rms_norm import FWD_OCCUPANCY as NORM_FWD_OCCUPANCY
+from kernels.cutile.rms_norm import FWD_TILES as NORM_FWD_TILES
+from kernels.cutile.rms_norm import OCCUPANCY as NORM_BWD_OCCUPANCY
 from kernels.cutile.rms_norm import norm_bwd_kernel, norm_fwd_kernel
 from kernels.cutile.ssd import BACKWARD_CHUNK
 
@@ -172,8 +176,9 @@ def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
 
 def conv_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
     """(label, kernel, signature) for the causal conv's kernels (kernels/cutile/causal_conv.py): every dtype with
-    the default tile, every tile of the tune spaces at bf16 without a bias (the gv kernel's at each of its
-    occupancy hints), and k = 3 (the model's is 4). The backward's dx kernel takes the forward's tiles."""
+    the default configuration, every tile of the tune spaces at bf16 without a bias (the forward's and the gv
+    kernel's at each of their occupancy hints), and k = 3 (the model's is 4). The backward's dx kernel takes the
+    forward's tiles without a hint."""
     f32 = ct.float32
 
     def arrays(stage: str, dtype) -> list:  # x, weight, bias, then y; or dy, gv, dweight_part, dbias_part, steps
@@ -192,7 +197,11 @@ def conv_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
         ("conv_bwd_dx", conv_bwd_dx_kernel, FWD_TILES, DEFAULT_DX),
     ):
         first, hint = (default.TILE_T, default.TILE_C), default.occupancy
-        hints = BWD_OCCUPANCY if stage == "conv_bwd_gv" else dict.fromkeys(tiles, (1,))
+        hints = {
+            "conv_fwd": dict.fromkeys(tiles, FWD_OCCUPANCY),
+            "conv_bwd_gv": BWD_OCCUPANCY,
+            "conv_bwd_dx": dict.fromkeys(tiles, (1,)),
+        }[stage]
         cases = [(name, 4, first, hint, True) for name in DTYPES]
         cases += [("bfloat16", 4, tile, occupancy, False) for tile in tiles for occupancy in hints[tile]]
         cases.append(("bfloat16", 3, first, hint, True))
@@ -210,15 +219,19 @@ def conv_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
 
 def norm_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
     """(label, kernel, signature) for the gated RMSNorm's kernels (kernels/cutile/rms_norm.py) at the medium
-    model's group of 1536 channels: every dtype with the default tile and a gate, every tile at bf16, and no gate."""
+    model's group of 1536 channels: every dtype with the default configuration and a gate, every tile of the tune
+    spaces at each occupancy hint at bf16, and no gate."""
     f32 = ct.float32
     group = 1536
-    for stage, kernel, default in (("norm_fwd", norm_fwd_kernel, NORM_FWD), ("norm_bwd", norm_bwd_kernel, NORM_BWD)):
-        first = (default.TILE_T, default.TILE_D)
+    for stage, kernel, default, tiles, hints in (
+        ("norm_fwd", norm_fwd_kernel, NORM_FWD, NORM_FWD_TILES, NORM_FWD_OCCUPANCY),
+        ("norm_bwd", norm_bwd_kernel, NORM_BWD, NORM_BWD_TILES, NORM_BWD_OCCUPANCY),
+    ):
+        first = (default.TILE_T, default.TILE_D, default.occupancy)
         cases = [(name, first, True) for name in DTYPES]
-        cases += [("bfloat16", tile, True) for tile in NORM_TILES if tile != first]
+        cases += [("bfloat16", (*tile, occ), True) for tile in tiles for occ in hints if (*tile, occ) != first]
         cases.append(("bfloat16", first, False))
-        for name, (tile_t, tile_d), gate in cases:
+        for name, (tile_t, tile_d, occupancy), gate in cases:
             dtype = DTYPES[name]
             if stage == "norm_fwd":  # x, z, weight, out (bf16, as under autocast), rstd, eps
                 arrays = [_array(dtype, 2), _array(dtype, 2), _array(f32, 1), _array(ct.bfloat16, 2), _array(f32, 2)]
@@ -227,8 +240,9 @@ def norm_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
                 arrays = [_array(dtype, 2), _array(dtype, 2), _array(f32, 1), _array(f32, 2), _array(ct.bfloat16, 2)]
                 arrays += [_array(dtype, 2), _array(dtype, 2), _array(f32, 2)]
             yield (
-                f"{stage}[{name},G={group},T={tile_t},D={tile_d},gate={gate}]",
-                kernel,
+                f"{stage}[{name},G={group},T={tile_t},D={tile_d},gate={gate}"
+                + (f",occupancy={occupancy}]" if occupancy > 1 else "]"),
+                with_hints(kernel, occupancy) if occupancy > 1 else kernel,
                 _signature([*arrays, group, tile_t, tile_d, gate]),
             )
 

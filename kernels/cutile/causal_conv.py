@@ -14,7 +14,7 @@ from HBM about once. The backward takes two kernels: the first recomputes v (the
 writes gv in dy's dtype and per-program partial sums of dw and dbias that the host adds up; the second forms dx
 from k shifted rows of gv. A gv program walks `steps` token tiles (its segment), summing gv x each shifted row
 and gv elementwise in registers, and reduces over tokens once at the end; its builds take an occupancy hint (without
-one they use 255 registers a thread, one program an SM). Arithmetic in fp32; y and dx in x's dtype. The backward
+one they use 255 registers a thread, one program an SM), as the forward's do. Arithmetic in fp32; y and dx in x's dtype. The backward
 takes k up to 4 (Mamba-2's d_conv is 4).
 """
 
@@ -156,7 +156,7 @@ class ConvConfig:
     TILE_T: int = 32
     TILE_C: int = 128
     steps: int = 1  # the backward's gv kernel: token tiles per program, summed in registers before one reduction
-    occupancy: int = 1  # the gv kernel's occupancy hint: without one (1) its builds take 255 registers a thread
+    occupancy: int = 1  # the forward's and the gv kernel's occupancy hint (1: none; the gv's builds take 255 registers)
 
 
 # The tiles that compile without spilling at sm_90 with k = 4, bf16, in the specialization the medium model's step
@@ -168,14 +168,22 @@ BWD_STEPS = (16, 64, 128)  # token tiles a gv program sums in registers (a runti
 # occupancy hints of the gv kernel: 2 builds every tile at 128 registers without spilling, 4 only 8 x 64 (64 registers;
 # the others spill 88-376 bytes): results/probes/conv_gv_occupancy_resources_2026-12-01.txt
 BWD_OCCUPANCY = {(8, 64): (1, 2, 4), (8, 128): (1, 2), (16, 64): (1, 2), (32, 64): (1, 2)}
+# the forward's: 2 and 4 gained 8% at the medium step's layer (16 x 256: 72.8 us against 77.7 for the best without a
+# hint, results/probes/conv_fwd_dx_loop_2026-12-01.txt); the dx kernel gained nothing from them and takes none
+FWD_OCCUPANCY = (1, 2, 4)
 MAX_K = 4  # the gv kernel's taps are four named tiles
-# The backward's defaults are its two kernels' fastest configurations at one layer of the medium model's step
-# (tuned, bf16: results/probes/conv_gv_occupancy_2026-12-01.txt); its dx kernel takes the forward's tiles.
-DEFAULT_FWD, DEFAULT_BWD, DEFAULT_DX = ConvConfig(32, 128), ConvConfig(8, 64, 128, 4), ConvConfig(16, 128)
+# The defaults are each kernel's fastest configuration at one layer of the medium model's step (tuned, bf16:
+# results/probes/conv_fwd_dx_loop_2026-12-01.txt, conv_gv_occupancy_2026-12-01.txt); dx takes the forward's tiles.
+DEFAULT_FWD, DEFAULT_BWD, DEFAULT_DX = ConvConfig(16, 256, 1, 4), ConvConfig(8, 64, 128, 4), ConvConfig(16, 128)
 
 
 def fwd_space() -> list[ConvConfig]:
     """The forward's configurations tuning times."""
+    return [ConvConfig(tt, tc, 1, occupancy) for tt, tc in FWD_TILES for occupancy in FWD_OCCUPANCY]
+
+
+def dx_space() -> list[ConvConfig]:
+    """The backward's dx kernel's configurations tuning times: the forward's tiles, no hint."""
     return [ConvConfig(tt, tc) for tt, tc in FWD_TILES]
 
 
@@ -229,7 +237,8 @@ def conv_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -
 
     def spec(cfg: ConvConfig):
         grid = (b, -(-l // cfg.TILE_T), -(-c // cfg.TILE_C))
-        return grid, conv_fwd_kernel, (x, w32, b32, y, k, cfg.TILE_T, cfg.TILE_C, bias is not None)
+        args = (x, w32, b32, y, k, cfg.TILE_T, cfg.TILE_C, bias is not None)
+        return grid, with_hints(conv_fwd_kernel, cfg.occupancy), args
 
     launch("conv_fwd", _key(x, k), DEFAULT_FWD, fwd_space, spec, x.device)
     return y
@@ -267,7 +276,7 @@ def conv_bwd(
         return grid, conv_bwd_dx_kernel, (gv, w32, dx, k, cfg.TILE_T, cfg.TILE_C)
 
     cfg = launch("conv_bwd", _key(x, k), DEFAULT_BWD, bwd_space, spec_gv, x.device)
-    launch("conv_bwd_dx", _key(x, k), DEFAULT_DX, fwd_space, spec_dx, x.device)
+    launch("conv_bwd_dx", _key(x, k), DEFAULT_DX, dx_space, spec_dx, x.device)
     dw, db = parts[cfg.TILE_T, cfg.steps]
     dweight = dw[:, :, :k].sum((0, 1)).t().contiguous().to(weight.dtype)  # (c, k), as the op's fake kernel says
     dbias = None if bias is None else db.sum((0, 1)).to(bias.dtype)

@@ -118,16 +118,21 @@ class NormConfig:
 
 
 # Tiles of at most 4096 elements: a program holds a few fp32 tiles of this size per block.
-FWD_TILES = BWD_TILES = ((8, 256), (16, 128), (16, 256), (32, 128))
+BWD_TILES = ((8, 256), (16, 128), (16, 256), (32, 128))
 OCCUPANCY = (1, 2, 4)
-# The fastest at one layer of the medium model's step, tuned, bf16 (results/probes/
-# layers_two_pass_and_occupancy_2026-12-01.txt): occupancy 4 beat 1 by 2.3x forward and 1.8x backward.
-DEFAULT_FWD, DEFAULT_BWD = NormConfig(8, 256, 4), NormConfig(32, 128, 4)
+# The forward gains from smaller tiles at higher occupancy, the backward not: each of its programs writes a row of
+# dw partial sums, and smaller tiles write more (results/probes/norm_small_tiles_2026-12-01.txt).
+FWD_TILES = ((4, 256), (4, 512), (8, 256), (16, 128), (32, 128))
+FWD_OCCUPANCY = (1, 2, 4, 8)
+# The fastest at one layer of the medium model's step, tuned, bf16: occupancy 4 beat 1 by 2.3x forward and 1.8x
+# backward (results/probes/layers_two_pass_and_occupancy_2026-12-01.txt); 4 x 512 at occupancy 8 took the forward
+# from 87.3 to 79.7 us (norm_small_tiles_2026-12-01.txt).
+DEFAULT_FWD, DEFAULT_BWD = NormConfig(4, 512, 8), NormConfig(32, 128, 4)
 
 
 def fwd_space() -> list[NormConfig]:
     """The forward's configurations tuning times."""
-    return [NormConfig(tt, td, occ) for tt, td in FWD_TILES for occ in OCCUPANCY]
+    return [NormConfig(tt, td, occ) for tt, td in FWD_TILES for occ in FWD_OCCUPANCY]
 
 
 def bwd_space() -> list[NormConfig]:
