@@ -11,12 +11,14 @@ channels with k 4 on a strided view of a (b, l, 3352) in_proj output, as the mod
 A variant file is a changed copy of kernels/cutile/causal_conv.py or kernels/cutile/rms_norm.py. It is loaded
 without its torch.library registrations, so that the op names keep the production module's functions; the
 probe calls the host functions, conv_fwd and conv_bwd or norm_fwd and norm_bwd. Each file gets its own tuning
-cache, so with --sweep each is tuned afresh and without it each launches its defaults.
+cache, so with --sweep each is tuned afresh and without it each launches its defaults. Tuning runs at the step's
+shape alone: the float64 check, at a small shape with partial tiles, runs the configurations the timing ran.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 import tempfile
@@ -34,6 +36,7 @@ from lightning_modules.measure.timing import gpu_kernel_ms
 from lightning_modules.model.layers import causal_conv1d_silu, rms_norm
 
 LAYERS = {"conv": "causal_conv", "norm": "rms_norm"}  # layer -> its module in kernels/cutile
+KERNELS = {"conv": ("conv_fwd", "conv_bwd", "conv_bwd_dx"), "norm": ("norm_fwd", "norm_bwd")}  # their tuning names
 B, L, D_INNER, D_STATE, HEADS, K = 8, 2048, 1536, 128, 24, 4  # one layer of configs/medium.yaml's step
 CHANNELS = D_INNER + 2 * D_STATE  # the conv's: x, B and C
 WIDTH = 2 * D_INNER + 2 * D_STATE + HEADS  # in_proj's output: z, x, B, C, dt
@@ -118,10 +121,15 @@ def main(argv: list[str] | None = None) -> int:
         tuning.set_cache_path(scratch / f"tuning{i}.json")  # a fresh cache per file: nothing reused across files
         t = inputs(args.layer, torch.bfloat16, B, L, seed=0)
         forward, backward = passes(args.layer, module, t)
-        forward(), backward()  # compile and, with --sweep, tune
+        with contextlib.ExitStack() as stack:  # compile and, with --sweep, tune; note what each kernel launched
+            launched = {name: stack.enter_context(tuning.forced(name)) for name in KERNELS[args.layer]}
+            forward(), backward()
         times = {name: gpu_kernel_ms(fn, args.calls) for name, fn in (("fwd", forward), ("bwd", backward))}
         chosen = "; ".join(f"{k.split('|')[0]} {v['config']}" for k, v in kernels.tuning_choices().items())
-        errors = {dtype: max_error(args.layer, module, dtype) for dtype in (torch.bfloat16, torch.float32)}
+        with contextlib.ExitStack() as stack:  # the errors of the configurations timed, not tuned again
+            for name, configs in launched.items():
+                stack.enter_context(tuning.forced(name, configs[0]))
+            errors = {dtype: max_error(args.layer, module, dtype) for dtype in (torch.bfloat16, torch.float32)}
         print(
             f"{path or 'production':34s} fwd {times['fwd']['ms'] * 1e3:7.1f} us  bwd {times['bwd']['ms'] * 1e3:7.1f} us"
             f"  rel err bf16 {errors[torch.bfloat16]:.1e} fp32 {errors[torch.float32]:.1e}  {chosen}",

@@ -4,6 +4,7 @@ registration, so the production op names keep their functions)."""
 
 from __future__ import annotations
 
+import re
 import types
 
 import torch
@@ -54,3 +55,11 @@ def test_variant_files_load_without_their_op_registrations(tmp_path):
         module = probe_layer.load(layer, str(path))
         assert module.__name__ == f"probe_{name}_copy"
         assert not hasattr(module, "_backward") and callable(getattr(module, f"{layer}_fwd"))
+
+
+def test_kernel_names_are_the_modules_tuning_names():
+    """The probe pins each kernel's timed configuration for its float64 check by these names."""
+    for layer, name in probe_layer.LAYERS.items():
+        source = (probe_layer.Path(__file__).parent.parent / "kernels" / "cutile" / f"{name}.py").read_text()
+        launched = set(re.findall(r'launch\(\s*"(\w+)"', source))
+        assert launched == set(probe_layer.KERNELS[layer]), (layer, launched)
