@@ -5,9 +5,13 @@
 #
 #   results/probes/step_variants_ab.sh OUTDIR ROUND...      # e.g. OUTDIR 1 2 3, or one round per call
 #   VARIANTS="production conv_function" results/probes/step_variants_ab.sh OUTDIR 1   # only the variants named
+#   VARIANTS="production conv_parts" BACKENDS=standin+conv+norm,cutile_bwd+conv+norm TUNE=--autotune \
+#       results/probes/step_variants_ab.sh OUTDIR 1       # the cuTile conv's variants, with the SSD the cat follows
 #
-# OUTDIR gets standin_<variant>_run<ROUND>.json and .log per process (about 80 s each on one H200). The default
-# variants are production, realize_reads, reads_padding and reads_function.
+# OUTDIR gets standin_<variant>_run<ROUND>.json and .log per process (about 80 s each on one H200 with the stand-in
+# alone). BACKENDS (default standin) are bench_step's variants each process runs, TUNE (default --no-autotune)
+# whether they tune (conv_parts launches the conv at new channel counts, 128 for B and C). The default variants are
+# production, realize_reads, reads_padding and reads_function.
 set -u
 out=${1:?usage: results/probes/step_variants_ab.sh OUTDIR ROUND...}
 shift
@@ -19,6 +23,7 @@ declare -A patches=(
     [realize_reads]="$reads"
     [reads_padding]="$reads results/variants/conv_recompute_padding.patch"
     [reads_function]="$reads results/variants/conv_function.patch"
+    [conv_parts]="results/variants/conv_parts.patch"
 )
 for variant in ${VARIANTS:-}; do
     [[ -v patches[$variant] ]] || { echo "step_variants_ab: unknown variant $variant; choose from ${!patches[*]}" >&2 && exit 2; }
@@ -27,9 +32,9 @@ mkdir -p "$out"
 for round in "$@"; do
     for variant in ${VARIANTS:-production realize_reads reads_padding reads_function}; do
         for p in ${patches[$variant]}; do patch -p1 -s --no-backup-if-mismatch <"$p" || exit 1; done
-        python scripts/bench_step.py --configs medium --modes compile --compile_mode reduce-overhead --backends standin \
-            --quick --no-autotune --out "$out/standin_${variant}_run$round.json" >"$out/standin_${variant}_run$round.log" 2>&1
-        echo "round $round $variant: exit $? $(grep -o 'step *[0-9.]* ms' "$out/standin_${variant}_run$round.log" | head -1)"
+        python scripts/bench_step.py --configs medium --modes compile --compile_mode reduce-overhead --backends "${BACKENDS:-standin}" \
+            --quick "${TUNE:---no-autotune}" --out "$out/standin_${variant}_run$round.json" >"$out/standin_${variant}_run$round.log" 2>&1
+        echo "round $round $variant: exit $? $(grep -oE '[a-z_+]+ +step +[0-9.]+ ms' "$out/standin_${variant}_run$round.log" | tr -s ' \n' ' ')"
         for p in ${patches[$variant]}; do patch -p1 -R -s --no-backup-if-mismatch <"$p" || exit 1; done
     done
 done
