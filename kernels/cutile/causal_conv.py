@@ -14,8 +14,8 @@ from HBM about once. The backward takes two kernels: the first recomputes v (the
 writes gv in dy's dtype and per-program partial sums of dw and dbias that the host adds up; the second forms dx
 from k shifted rows of gv. A gv program walks `steps` token tiles (its segment), summing gv x each shifted row
 and gv elementwise in registers, and reduces over tokens once at the end; its builds take an occupancy hint (without
-one they use 255 registers a thread, one program an SM), as the forward's do. Arithmetic in fp32; y and dx in x's dtype. The backward
-takes k up to 4 (Mamba-2's d_conv is 4).
+one they use 255 registers a thread, one program an SM), as the forward's do. Arithmetic in fp32; y and dx in x's
+dtype. The backward takes k up to 4 (Mamba-2's d_conv is 4).
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ BWD_STEPS = (16, 64, 128)  # token tiles a gv program sums in registers (a runti
 # occupancy hints of the gv kernel: 2 builds every tile at 128 registers without spilling, 4 only 8 x 64 (64 registers;
 # the others spill 88-376 bytes): results/probes/conv_gv_occupancy_resources_2026-12-01.txt
 BWD_OCCUPANCY = {(8, 64): (1, 2, 4), (8, 128): (1, 2), (16, 64): (1, 2), (32, 64): (1, 2)}
-# the forward's: 2 and 4 gained 8% at the medium step's layer (16 x 256: 72.8 us against 77.7 for the best without a
+# the forward's: 2 and 4 gained 8% at the medium step's layer (16 x 256: 72.8 us against 77.9 for the best without a
 # hint, results/probes/conv_fwd_dx_loop_2026-12-01.txt); the dx kernel gained nothing from them and takes none
 FWD_OCCUPANCY = (1, 2, 4)
 MAX_K = 4  # the gv kernel's taps are four named tiles
