@@ -28,6 +28,28 @@ def test_every_kernel_compiles_to_a_cubin(arch):
     assert all(size > 1000 for size in sizes.values())
 
 
+def test_ci_builds_each_kernel_with_its_default_hints():
+    """A launch compiles the kernel with its configuration's occupancy hint; CI builds each default's."""
+    from kernels.cutile import bwd_dx, causal_conv, chunk_cumsum_bwd, compute_out, fwd_pass_state, rms_norm
+
+    bf16 = torch.bfloat16
+    defaults = {
+        "fwd_pass_state": fwd_pass_state.StateConfig().occupancy,
+        "compute_out": compute_out.default_out_config(bf16).occupancy,
+        "bwd_pass_state": fwd_pass_state.StateConfig().occupancy,
+        "bwd_dx": bwd_dx.default_dx_config(bf16).occupancy,
+        "chunk_cumsum_bwd": chunk_cumsum_bwd.CumsumBwdConfig().occupancy,
+        "conv_fwd": causal_conv.DEFAULT_FWD.occupancy,
+        "conv_bwd_gv": causal_conv.DEFAULT_BWD.occupancy,
+        "norm_fwd": rms_norm.DEFAULT_FWD.occupancy,
+        "norm_bwd": rms_norm.DEFAULT_BWD.occupancy,
+    }
+    labels = [label for label, _, _ in aot.every_signature()]
+    for name, occupancy in defaults.items():
+        assert occupancy > 1, name  # tuned defaults all take a hint; a 1 would leave nothing to check here
+        assert any(lab.startswith(f"{name}[bfloat16") and f"occupancy={occupancy}]" in lab for lab in labels), name
+
+
 def _fake_ptxas(directory, release: str):
     bin_dir = directory / "bin"
     bin_dir.mkdir(parents=True)

@@ -20,8 +20,8 @@ import cuda.tile as ct
 import torch
 from cuda.tile import compilation as ctc
 
-from kernels.cutile.bwd_dbc import bwd_dbc_kernel
-from kernels.cutile.bwd_dx import bwd_dx_kernel
+from kernels.cutile.bwd_dbc import DbcConfig, bwd_dbc_kernel
+from kernels.cutile.bwd_dx import bwd_dx_kernel, default_dx_config
 from kernels.cutile.bwd_pass_state import bwd_pass_state_kernel
 from kernels.cutile.causal_conv import (
     BWD_OCCUPANCY,
@@ -36,9 +36,9 @@ from kernels.cutile.causal_conv import (
     conv_fwd_kernel,
 )
 from kernels.cutile.chunk_cumsum import chunk_cumsum_kernel
-from kernels.cutile.chunk_cumsum_bwd import chunk_cumsum_bwd_kernel
-from kernels.cutile.compute_out import compute_out_kernel
-from kernels.cutile.fwd_pass_state import fwd_pass_state_kernel, states_dtype
+from kernels.cutile.chunk_cumsum_bwd import CumsumBwdConfig, chunk_cumsum_bwd_kernel
+from kernels.cutile.compute_out import compute_out_kernel, default_out_config
+from kernels.cutile.fwd_pass_state import StateConfig, fwd_pass_state_kernel, states_dtype
 from kernels.cutile.launch import with_hints
 from kernels.cutile.rms_norm import BWD_TILES as NORM_BWD_TILES
 from kernels.cutile.rms_norm import DEFAULT_BWD as NORM_BWD
@@ -77,8 +77,15 @@ def _signature(params: list) -> ctc.KernelSignature:
     return ctc.KernelSignature(params, calling_convention=ctc.CallingConvention.cutile_python_v2())
 
 
+def _hinted(label: str, kernel: object, occupancy: int, worker_warps: int = 0) -> tuple[str, object]:
+    """The label and kernel object a launch with these hints compiles (as the host functions' with_hints calls)."""
+    if occupancy == 1 and not worker_warps:
+        return label, kernel
+    return f"{label[:-1]},occupancy={occupancy}]", with_hints(kernel, occupancy, worker_warps)
+
+
 def signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
-    """(label, kernel, signature) for every specialization CI compiles."""
+    """(label, kernel, signature) for the forward's specializations, each kernel with its default's hints."""
     f32 = ct.float32
     i32 = ctc.ScalarConstraint(ct.int32)
     for name, dtype in DTYPES.items():
@@ -94,8 +101,11 @@ def signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
     for name, dtype in DTYPES.items():
         for chunk, tile_p, tile_n, has_init in ((64, 64, 64, True), (128, 32, 64, False), (256, 16, 128, True)):
             yield (
-                f"fwd_pass_state[{name},Q={chunk},P={tile_p},N={tile_n},init={has_init}]",
-                fwd_pass_state_kernel,
+                *_hinted(
+                    f"fwd_pass_state[{name},Q={chunk},P={tile_p},N={tile_n},init={has_init}]",
+                    fwd_pass_state_kernel,
+                    StateConfig().occupancy,
+                ),
                 _signature(
                     [_array(dtype, 4), _array(dtype, 4), _array(f32, 3), _array(f32, 3)]
                     + [_array(f32, 4), _array(_states(name), 5), _array(f32, 4)]
@@ -105,8 +115,11 @@ def signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
     for name, dtype in DTYPES.items():
         for chunk, tile_t, tile_p, tile_n in ((64, 64, 64, 64), (128, 128, 64, 128), (256, 64, 128, 128)):
             yield (
-                f"compute_out[{name},Q={chunk},T={tile_t},P={tile_p},N={tile_n}]",
-                compute_out_kernel,
+                *_hinted(
+                    f"compute_out[{name},Q={chunk},T={tile_t},P={tile_p},N={tile_n}]",
+                    compute_out_kernel,
+                    default_out_config(getattr(torch, name)).occupancy,
+                ),
                 _signature(
                     [_array(dtype, 4), _array(dtype, 4), _array(dtype, 4), _array(f32, 3), _array(f32, 3)]
                     + [_array(_states(name), 5), _array(f32, 1), _array(dtype, 4)]
@@ -117,7 +130,7 @@ def signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
 
 def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
     """(label, kernel, signature) for the backward kernels' specializations, at the backward's own chunk size
-    (kernels.cutile.ssd.BACKWARD_CHUNK, whatever the forward's)."""
+    (kernels.cutile.ssd.BACKWARD_CHUNK, whatever the forward's), each kernel with its default's hints."""
     f32 = ct.float32
     i32 = ctc.ScalarConstraint(ct.int32)
     chunk = BACKWARD_CHUNK
@@ -126,17 +139,21 @@ def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
     cases = [("bfloat16", 64, 128, True), ("bfloat16", 128, 64, False), ("float32", 64, 64, False)]
     for name, tile_p, tile_n, flag in cases:
         dtype, tf32 = DTYPES[name], name == "float32"
+        dx_hints = default_dx_config(getattr(torch, name))
         yield (
-            f"bwd_pass_state[{name},Q={chunk},dfinal={flag}]",
-            bwd_pass_state_kernel,
+            *_hinted(f"bwd_pass_state[{name},Q={chunk},dfinal={flag}]", bwd_pass_state_kernel, StateConfig().occupancy),
             _signature(
                 [_array(dtype, 4), _array(dtype, 4), _array(f32, 3), _array(f32, 4), _array(_states(name), 5)]
                 + [_array(f32, 4), 8, 8, chunk, 32, 64, flag, tf32, 4]
             ),
         )
         yield (
-            f"bwd_dx[{name},Q={chunk},P={tile_p},N={tile_n},D={flag}]",
-            bwd_dx_kernel,
+            *_hinted(
+                f"bwd_dx[{name},Q={chunk},P={tile_p},N={tile_n},D={flag}]",
+                bwd_dx_kernel,
+                dx_hints.occupancy,
+                dx_hints.worker_warps,
+            ),
             _signature(
                 [_array(dtype, 4)] * 4
                 + [_array(f32, 3), _array(f32, 3), _array(_states(name), 5), _array(f32, 1), _array(dtype, 4)]
@@ -152,8 +169,12 @@ def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
     for name, q, tile_p, tile_n in dbc_cases:
         dtype, tf32 = DTYPES[name], name == "float32"
         yield (
-            f"bwd_dbc[{name},Q={q},P={tile_p},N={tile_n}]",
-            bwd_dbc_kernel,
+            *_hinted(
+                f"bwd_dbc[{name},Q={q},P={tile_p},N={tile_n}]",
+                bwd_dbc_kernel,
+                DbcConfig().occupancy,
+                DbcConfig().worker_warps,
+            ),
             _signature(
                 [_array(dtype, 4)] * 4
                 + [_array(f32, 3), _array(f32, 3), _array(_states(name), 5), _array(_states(name), 5), _array(dtype, 4)]
@@ -164,8 +185,11 @@ def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
     for name, dtype in DTYPES.items():
         for bias, softplus in ((True, True), (False, False)):
             yield (
-                f"chunk_cumsum_bwd[{name},bias={bias},softplus={softplus}]",
-                chunk_cumsum_bwd_kernel,
+                *_hinted(
+                    f"chunk_cumsum_bwd[{name},bias={bias},softplus={softplus}]",
+                    chunk_cumsum_bwd_kernel,
+                    CumsumBwdConfig().occupancy,
+                ),
                 _signature(
                     [_array(f32, 3)] * 4
                     + [_array(dtype, 3), _array(f32, 1), _array(f32, 1), _array(dtype, 3), _array(f32, 4), i32]
