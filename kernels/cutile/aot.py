@@ -233,12 +233,10 @@ def conv_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
             cases = list(dict.fromkeys((name, k, tile, 1, False) for name, k, tile, _, _ in cases))
         for name, k, (tile_t, tile_c), occupancy, bias in cases:
             constants = [k, tile_t, tile_c] + ([] if stage == "conv_bwd_dx" else [bias])
-            label = f"{stage}[{name},K={k},T={tile_t},C={tile_c}" + ("" if stage == "conv_bwd_dx" else f",bias={bias}")
-            yield (
-                label + (f",occupancy={occupancy}]" if occupancy > 1 else "]"),
-                with_hints(kernel, occupancy) if occupancy > 1 else kernel,
-                _signature([*arrays(stage, DTYPES[name]), *constants]),
+            label = f"{stage}[{name},K={k},T={tile_t},C={tile_c}" + (
+                "]" if stage == "conv_bwd_dx" else f",bias={bias}]"
             )
+            yield *_hinted(label, kernel, occupancy), _signature([*arrays(stage, DTYPES[name]), *constants])
 
 
 def norm_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
@@ -263,12 +261,8 @@ def norm_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
             else:  # x, z, weight, rstd, dout, dx, dz, dweight_part
                 arrays = [_array(dtype, 2), _array(dtype, 2), _array(f32, 1), _array(f32, 2), _array(ct.bfloat16, 2)]
                 arrays += [_array(dtype, 2), _array(dtype, 2), _array(f32, 2)]
-            yield (
-                f"{stage}[{name},G={group},T={tile_t},D={tile_d},gate={gate}"
-                + (f",occupancy={occupancy}]" if occupancy > 1 else "]"),
-                with_hints(kernel, occupancy) if occupancy > 1 else kernel,
-                _signature([*arrays, group, tile_t, tile_d, gate]),
-            )
+            label = f"{stage}[{name},G={group},T={tile_t},D={tile_d},gate={gate}]"
+            yield *_hinted(label, kernel, occupancy), _signature([*arrays, group, tile_t, tile_d, gate])
 
 
 def every_signature() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
