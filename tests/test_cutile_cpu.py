@@ -341,13 +341,15 @@ def test_cutile_conv_names_what_it_cannot_take():
 
     x, w, b = torch.zeros(1, 8, 4), torch.zeros(4, 4), torch.zeros(4)
     with pytest.raises(ValueError, match="cutile conv: x is on cpu; move it to a CUDA device"):
-        causal_conv1d_silu(x, w, b)
+        causal_conv1d_silu(x, w, b, [4])
     with pytest.raises(ValueError, match=r"x must be \(b, l, c\) and weight \(c, k\), got \(1, 8, 4\) and \(5, 4\)"):
-        causal_conv1d_silu(x, torch.zeros(5, 4), b)
+        causal_conv1d_silu(x, torch.zeros(5, 4), b, [4])
     with pytest.raises(ValueError, match=r"bias must be \(4,\), got \(3,\)"):
-        causal_conv1d_silu(x, w, torch.zeros(3))
+        causal_conv1d_silu(x, w, torch.zeros(3), [4])
     with pytest.raises(ValueError, match="cutile conv: kernel width 5 is above the 4 its backward takes"):
-        causal_conv1d_silu(x, torch.zeros(4, 5), b)
+        causal_conv1d_silu(x, torch.zeros(4, 5), b, [4])
+    with pytest.raises(ValueError, match=r"cutile conv: sizes \[2, 3\] must be positive and add up to the 4 channels"):
+        causal_conv1d_silu(x, w, b, [2, 3])
 
 
 def test_cutile_norm_names_what_it_cannot_take():

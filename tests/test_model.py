@@ -211,9 +211,9 @@ def test_auto_layers_call_the_cutile_kernels_where_cutile_runs(monkeypatch):
     stand-ins that record their calls and compute the torch layers)."""
     calls = []
 
-    def conv(x, weight, bias):
+    def conv(x, weight, bias, sizes):
         calls.append("conv")
-        return causal_conv1d_silu(x, weight, bias)
+        return causal_conv1d_silu(x, weight, bias).split(sizes, dim=-1)
 
     def norm(x, weight, eps, z=None, group_size=None):
         calls.append("norm")

@@ -245,7 +245,7 @@ def conv_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -
 
 
 def conv_bwd(
-    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Gradients of `conv_fwd`: dx (b, l, c) in x's dtype, dweight (c, k) and dbias (c,) (None without a bias)
     in their parameters' dtypes."""
@@ -255,7 +255,7 @@ def conv_bwd(
     b, l, c = x.shape
     k = w32.shape[1]
     gv = torch.empty((b, l, c), device=x.device, dtype=dy.dtype)
-    dx = torch.empty((b, l, c), device=x.device, dtype=x.dtype)
+    dx = torch.empty((b, l, c), device=x.device, dtype=x.dtype) if out is None else out  # out: may be a column slice
     parts: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
     def spec_gv(cfg: ConvConfig):
@@ -283,52 +283,71 @@ def conv_bwd(
     return dx, dweight, dbias
 
 
-@torch.library.custom_op("mamba2_cutile::conv_fwd", mutates_args=(), device_types="cuda")
-def _conv_fwd_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    return conv_fwd(x, weight, bias)
+def _bounds(sizes: list[int]) -> list[tuple[int, int]]:
+    ends = [sum(sizes[: i + 1]) for i in range(len(sizes))]
+    return [(e - n, e) for e, n in zip(ends, sizes)]
+
+
+# needs_fixed_stride_order: the kernels take any (b, l, c) view with last stride 1, so Inductor must not copy
+# strided views (in_proj's xBC columns) to match eager strides exactly.
+@torch.library.custom_op(
+    "mamba2_cutile::conv_fwd", mutates_args=(), device_types="cuda", tags=(torch.Tag.needs_fixed_stride_order,)
+)
+def _conv_fwd_op(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, sizes: list[int]
+) -> list[torch.Tensor]:
+    # depthwise: each part is its own conv on a channel slice (a strided view, no copy); contiguous outputs
+    return [conv_fwd(x[..., lo:hi], weight[lo:hi], None if bias is None else bias[lo:hi]) for lo, hi in _bounds(sizes)]
 
 
 @_conv_fwd_op.register_fake
-def _(x, weight, bias):
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
+def _(x, weight, bias, sizes):
+    return [x.new_empty((*x.shape[:-1], n)) for n in sizes]
 
 
-@torch.library.custom_op("mamba2_cutile::conv_bwd", mutates_args=(), device_types="cuda")
+@torch.library.custom_op(
+    "mamba2_cutile::conv_bwd", mutates_args=(), device_types="cuda", tags=(torch.Tag.needs_fixed_stride_order,)
+)
 def _conv_bwd_op(
-    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    dys: list[torch.Tensor], x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    dx, dweight, dbias = conv_bwd(dy, x, weight, bias)
-    return dx, dweight, x.new_empty(0) if dbias is None else dbias
+    # conv_bwd gains an optional `out=` (its dx kernel stores into a channel slice of one (b, l, c) buffer)
+    dx = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+    dw, db, lo = [], [], 0
+    for dy in dys:
+        hi = lo + dy.shape[-1]
+        part = conv_bwd(dy, x[..., lo:hi], weight[lo:hi], None if bias is None else bias[lo:hi], out=dx[..., lo:hi])
+        dw.append(part[1]), db.append(part[2])
+        lo = hi
+    return dx, torch.cat(dw), x.new_empty(0) if bias is None else torch.cat(db)  # cat of (c, k) and (c,): tiny
 
 
 @_conv_bwd_op.register_fake
-def _(dy, x, weight, bias):
+def _(dys, x, weight, bias):
     dbias = x.new_empty(0) if bias is None else bias.new_empty(bias.shape)
     return torch.empty_like(x, memory_format=torch.contiguous_format), weight.new_empty(weight.shape), dbias
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    x, weight, bias = inputs
+    x, weight, bias, _ = inputs
     ctx.save_for_backward(x, weight, bias)
 
 
-def _backward(ctx, dy: torch.Tensor):
+def _backward(ctx, dys: list[torch.Tensor]):
     x, weight, bias = ctx.saved_tensors
-    dx, dweight, dbias = _conv_bwd_op(dy, x, weight, bias)
-    return dx, dweight, None if bias is None else dbias
+    dx, dweight, dbias = _conv_bwd_op(list(dys), x, weight, bias)
+    return dx, dweight, None if bias is None else dbias, None
 
 
 torch.library.register_autograd("mamba2_cutile::conv_fwd", _backward, setup_context=_setup_context)
 
 
-def causal_conv1d_silu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """SiLU(causal depthwise conv1d(x)) on the GPU, differentiable; traced by torch.compile as single nodes.
-
-    Args:
-        x: (b, l, c) bf16/fp16/fp32 on a CUDA device, last stride 1 (other layouts are copied).
-        weight: (c, k).  bias: (c,) or None.
-    Returns:
-        y: (b, l, c) contiguous, in x's dtype.
-    """
+def causal_conv1d_silu(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, sizes: list[int]
+) -> list[torch.Tensor]:
+    """SiLU(causal depthwise conv1d(x)) on the GPU, split along channels into parts of `sizes`; differentiable,
+    traced by torch.compile as single nodes. Returns one contiguous (b, l, size) tensor per part."""
+    if sum(sizes) != x.shape[-1] or min(sizes) < 1:
+        raise ValueError(f"cutile conv: sizes {list(sizes)} must be positive and add up to the {x.shape[-1]} channels")
     check_inputs(x, weight, bias)
-    return _conv_fwd_op(x, weight, bias)
+    return _conv_fwd_op(x, weight, bias, list(sizes))

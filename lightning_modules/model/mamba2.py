@@ -43,7 +43,7 @@ def layer_backend(name: str, device: torch.device) -> str:
 
 
 @functools.cache
-def _cutile_conv() -> Callable[[Tensor, Tensor, Tensor | None], Tensor]:
+def _cutile_conv() -> Callable[..., tuple[Tensor, ...]]:
     from kernels.cutile.causal_conv import causal_conv1d_silu as cutile_conv
 
     return cutile_conv
@@ -72,9 +72,15 @@ def _implementation(name: str, cutile: Callable[[], Callable[..., Tensor]], torc
     return auto
 
 
-def conv_implementation(name: str) -> Callable[[Tensor, Tensor, Tensor | None], Tensor]:
-    """The causal conv + SiLU of `name` (Mamba2Config.conv_backend): (x (b, l, c), weight (c, k), bias) -> y."""
-    return _implementation(name, _cutile_conv, causal_conv1d_silu)
+def _torch_conv_parts(x: Tensor, weight: Tensor, bias: Tensor | None, sizes: list[int]) -> tuple[Tensor, ...]:
+    return causal_conv1d_silu(x, weight, bias).split(sizes, dim=-1)  # views; fused by torch.compile
+
+
+def conv_implementation(name: str) -> Callable[..., tuple[Tensor, ...]]:
+    """The causal conv + SiLU of `name` (Mamba2Config.conv_backend): (x (b, l, c), weight (c, k), bias, sizes)
+    -> y split along channels into parts of `sizes` (x, B, C). The cutile op returns the parts as separate
+    tensors and takes their gradients separately: no cat of the SSD's dx, dB, dC before the conv's backward."""
+    return _implementation(name, _cutile_conv, _torch_conv_parts)
 
 
 def norm_implementation(name: str) -> Callable[..., Tensor]:
@@ -218,8 +224,8 @@ class Mamba2Block(nn.Module):
         cfg = self.cfg
         b, l, _ = u.shape
         z, xbc, dt = split_linear(u, self.in_proj.weight, [cfg.d_inner, self.conv_dim, cfg.nheads])
-        xbc = self.conv(xbc, self.conv1d.weight[:, 0], self.conv1d.bias)  # (b, l, conv_dim)
-        x, B, C = self._split_xbc(xbc)  # views: each token's x, B, C stay contiguous rows
+        gn = cfg.ngroups * cfg.d_state
+        x, B, C = self.conv(xbc, self.conv1d.weight[:, 0], self.conv1d.bias, [cfg.d_inner, gn, gn])
         y = self.ssd(
             x.reshape(b, l, cfg.nheads, cfg.headdim),
             dt,

@@ -5,13 +5,11 @@
 #
 #   results/probes/step_variants_ab.sh OUTDIR ROUND...      # e.g. OUTDIR 1 2 3, or one round per call
 #   VARIANTS="production conv_function" results/probes/step_variants_ab.sh OUTDIR 1   # only the variants named
-#   VARIANTS="production conv_parts" BACKENDS=standin+conv+norm,cutile_bwd+conv+norm TUNE=--autotune \
-#       results/probes/step_variants_ab.sh OUTDIR 1       # the cuTile conv's variants, with the SSD the cat follows
 #
 # OUTDIR gets standin_<variant>_run<ROUND>.json and .log per process (about 80 s each on one H200 with the stand-in
 # alone). BACKENDS (default standin) are bench_step's variants each process runs, TUNE (default --no-autotune)
-# whether they tune (conv_parts launches the conv at new channel counts, 128 for B and C). The default variants are
-# production, realize_reads, reads_padding and reads_function.
+# whether they tune (a variant that launches a cuTile kernel at new shapes needs --autotune). The default variants
+# are production, realize_reads, reads_padding and reads_function.
 set -u
 out=${1:?usage: results/probes/step_variants_ab.sh OUTDIR ROUND...}
 shift
@@ -23,7 +21,6 @@ declare -A patches=(
     [realize_reads]="$reads"
     [reads_padding]="$reads results/variants/conv_recompute_padding.patch"
     [reads_function]="$reads results/variants/conv_function.patch"
-    [conv_parts]="results/variants/conv_parts.patch"
 )
 for variant in ${VARIANTS:-}; do
     [[ -v patches[$variant] ]] || { echo "step_variants_ab: unknown variant $variant; choose from ${!patches[*]}" >&2 && exit 2; }
