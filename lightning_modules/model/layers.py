@@ -15,7 +15,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 
 
 def accumulate_dtype(t: Tensor) -> torch.dtype:
@@ -59,30 +58,11 @@ def split_linear(u: Tensor, weight: Tensor, sizes: list[int]) -> tuple[Tensor, .
     return _SplitLinear.apply(u, weight, sizes, compute_dtype(u))
 
 
-def _conv_silu_shifted(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    # each tap's product is shifted by s tokens, not x: no zero-padded (b, l + k - 1, c) copy of x, and the
-    # backward's dx = Σ_s shift_back(gv · w) needs no (b, l + k - 1, c) buffer either
-    l, k = x.shape[1], weight.shape[-1]
-    w = weight.to(accumulate_dtype(x))
-    y = x * w[:, k - 1]
-    for s in range(1, min(k, l + 1)):
-        y = y + F.pad(x[:, : l - s] * w[:, k - 1 - s], (0, 0, s, 0))
-    if bias is not None:
-        y = y + bias.to(y.dtype)
-    return F.silu(y).to(x.dtype)
-
-
 def causal_conv1d_silu(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """SiLU(causal depthwise conv1d(x)). x (b, l, c), weight (c, k), bias (c,) -> (b, l, c) in x's dtype.
 
     y[:, t] = bias + Σ_j weight[:, j] · x[:, t - (k - 1) + j]      (x[:, s] = 0 for s < 0)
-
-    Under torch.compile: the shifted-product form, checkpointed (non-reentrant), so the pre-activation is
-    recomputed inside the backward's fused kernel and the backward keeps only x, a view of in_proj's output that
-    is stored anyway (not a padded copy of it written by the forward).
     """
-    if torch.compiler.is_compiling():
-        return checkpoint(_conv_silu_shifted, x, weight, bias, use_reentrant=False)
     l, k = x.shape[1], weight.shape[-1]
     padded = F.pad(x, (0, 0, k - 1, 0))  # k - 1 zero tokens in front
     w = weight.to(accumulate_dtype(x))
