@@ -40,12 +40,12 @@ from kernels.cutile.chunk_cumsum_bwd import CumsumBwdConfig, chunk_cumsum_bwd_ke
 from kernels.cutile.compute_out import compute_out_kernel, default_out_config
 from kernels.cutile.fwd_pass_state import StateConfig, fwd_pass_state_kernel, states_dtype
 from kernels.cutile.launch import with_hints
+from kernels.cutile.rms_norm import BWD_OCCUPANCY as NORM_BWD_OCCUPANCY
 from kernels.cutile.rms_norm import BWD_TILES as NORM_BWD_TILES
 from kernels.cutile.rms_norm import DEFAULT_BWD as NORM_BWD
 from kernels.cutile.rms_norm import DEFAULT_FWD as NORM_FWD
 from kernels.cutile.rms_norm import FWD_OCCUPANCY as NORM_FWD_OCCUPANCY
 from kernels.cutile.rms_norm import FWD_TILES as NORM_FWD_TILES
-from kernels.cutile.rms_norm import OCCUPANCY as NORM_BWD_OCCUPANCY
 from kernels.cutile.rms_norm import norm_bwd_kernel, norm_fwd_kernel
 from kernels.cutile.ssd import BACKWARD_CHUNK
 

@@ -119,9 +119,11 @@ class NormConfig:
 
 # Tiles of at most 4096 elements: a program holds a few fp32 tiles of this size per block.
 BWD_TILES = ((8, 256), (16, 128), (16, 256), (32, 128))
-OCCUPANCY = (1, 2, 4)
+BWD_OCCUPANCY = (1, 2, 4)
 # The forward gains from smaller tiles at higher occupancy, the backward not: each of its programs writes a row of
-# dw partial sums, and smaller tiles write more (results/probes/norm_small_tiles_2026-12-01.txt).
+# dw partial sums, and smaller tiles write more (results/probes/norm_small_tiles_2026-12-01.txt). Summing them over
+# segments of 4-16 token tiles in registers lost too: 279 us at best against 134 without
+# (results/probes/norm_bwd_segments_2026-12-02.txt).
 FWD_TILES = ((4, 256), (4, 512), (8, 256), (16, 128), (32, 128))
 FWD_OCCUPANCY = (1, 2, 4, 8)
 # The fastest at one layer of the medium model's step, tuned, bf16: occupancy 4 beat 1 by 2.3x forward and 1.8x
@@ -137,7 +139,7 @@ def fwd_space() -> list[NormConfig]:
 
 def bwd_space() -> list[NormConfig]:
     """The backward's configurations tuning times."""
-    return [NormConfig(tt, td, occ) for tt, td in BWD_TILES for occ in OCCUPANCY]
+    return [NormConfig(tt, td, occ) for tt, td in BWD_TILES for occ in BWD_OCCUPANCY]
 
 
 def block_width(group_size: int, tile_d: int) -> int:
