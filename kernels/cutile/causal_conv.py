@@ -284,6 +284,7 @@ def conv_bwd(
 
 
 def _bounds(sizes: list[int]) -> list[tuple[int, int]]:
+    """The channel range [lo, hi) of each part."""
     ends = [sum(sizes[: i + 1]) for i in range(len(sizes))]
     return [(e - n, e) for e, n in zip(ends, sizes)]
 
@@ -345,8 +346,17 @@ torch.library.register_autograd("mamba2_cutile::conv_fwd", _backward, setup_cont
 def causal_conv1d_silu(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, sizes: list[int]
 ) -> list[torch.Tensor]:
-    """SiLU(causal depthwise conv1d(x)) on the GPU, split along channels into parts of `sizes`; differentiable,
-    traced by torch.compile as single nodes. Returns one contiguous (b, l, size) tensor per part."""
+    """SiLU(causal depthwise conv1d(x)) on the GPU, split along channels into parts; differentiable, traced by
+    torch.compile as single nodes. Each part is its own launch on a channel slice, and its gradient comes back
+    apart, so a model that splits the output (Mamba-2's x, B and C) neither copies nor concatenates.
+
+    Args:
+        x: (b, l, c) bf16/fp16/fp32 on a CUDA device, last stride 1 (other layouts are copied).
+        weight: (c, k), k at most 4.  bias: (c,) or None.
+        sizes: the parts' channel counts, positive, adding up to c.
+    Returns:
+        one contiguous (b, l, size) tensor per part, in x's dtype.
+    """
     if sum(sizes) != x.shape[-1] or min(sizes) < 1:
         raise ValueError(f"cutile conv: sizes {list(sizes)} must be positive and add up to the {x.shape[-1]} channels")
     check_inputs(x, weight, bias)
