@@ -7,6 +7,7 @@
 #   VARIANTS="production conv_function" results/probes/step_variants_ab.sh OUTDIR 1   # only the variants named
 #   VARIANTS="production fixed_stride_order" BACKENDS=standin+conv+norm,triton+conv+norm,cutile_bwd+conv+norm \
 #       TUNE=--autotune results/probes/step_variants_ab.sh OUTDIR 1   # the SSD's and norm's ops without input copies
+#   (conv_bwd_sums: the conv backward's partial sums in fewer launches; stride_and_sums: both patches)
 #
 # OUTDIR gets standin_<variant>_run<ROUND>.json and .log per process (about 80 s each on one H200 with the stand-in
 # alone). BACKENDS (default standin) are bench_step's variants each process runs, TUNE (default --no-autotune)
@@ -24,6 +25,8 @@ declare -A patches=(
     [reads_padding]="$reads results/variants/conv_recompute_padding.patch"
     [reads_function]="$reads results/variants/conv_function.patch"
     [fixed_stride_order]="results/variants/fixed_stride_order.patch"
+    [conv_bwd_sums]="results/variants/conv_bwd_sums.patch"
+    [stride_and_sums]="results/variants/fixed_stride_order.patch results/variants/conv_bwd_sums.patch"
 )
 for variant in ${VARIANTS:-}; do
     [[ -v patches[$variant] ]] || { echo "step_variants_ab: unknown variant $variant; choose from ${!patches[*]}" >&2 && exit 2; }
