@@ -312,13 +312,16 @@ def _(x, weight, bias, sizes):
 def _conv_bwd_op(
     dys: list[torch.Tensor], x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    # conv_bwd gains an optional `out=` (its dx kernel stores into a channel slice of one (b, l, c) buffer)
+    # each part's dx kernel stores into its channel columns of one (b, l, c) dx: no cat of the parts' dx
     dx = torch.empty(x.shape, device=x.device, dtype=x.dtype)
     dw, db, lo = [], [], 0
     for dy in dys:
         hi = lo + dy.shape[-1]
-        part = conv_bwd(dy, x[..., lo:hi], weight[lo:hi], None if bias is None else bias[lo:hi], out=dx[..., lo:hi])
-        dw.append(part[1]), db.append(part[2])
+        _, dw_part, db_part = conv_bwd(
+            dy, x[..., lo:hi], weight[lo:hi], None if bias is None else bias[lo:hi], out=dx[..., lo:hi]
+        )
+        dw.append(dw_part)
+        db.append(db_part)
         lo = hi
     return dx, torch.cat(dw), x.new_empty(0) if bias is None else torch.cat(db)  # cat of (c, k) and (c,): tiny
 
