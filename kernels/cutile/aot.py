@@ -215,17 +215,12 @@ def conv_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
         )
         return [_array(dtype, 3), _array(f32, 2), _array(f32, 1), *outputs]
 
-    for stage, kernel, tiles, default in (
-        ("conv_fwd", conv_fwd_kernel, FWD_TILES, DEFAULT_FWD),
-        ("conv_bwd_gv", conv_bwd_gv_kernel, BWD_TILES, DEFAULT_BWD),
-        ("conv_bwd_dx", conv_bwd_dx_kernel, FWD_TILES, DEFAULT_DX),
+    for stage, kernel, tiles, default, hints in (  # hints: each tile's occupancy hints
+        ("conv_fwd", conv_fwd_kernel, FWD_TILES, DEFAULT_FWD, dict.fromkeys(FWD_TILES, FWD_OCCUPANCY)),
+        ("conv_bwd_gv", conv_bwd_gv_kernel, BWD_TILES, DEFAULT_BWD, BWD_OCCUPANCY),
+        ("conv_bwd_dx", conv_bwd_dx_kernel, FWD_TILES, DEFAULT_DX, dict.fromkeys(FWD_TILES, (1,))),
     ):
         first, hint = (default.TILE_T, default.TILE_C), default.occupancy
-        hints = {
-            "conv_fwd": dict.fromkeys(tiles, FWD_OCCUPANCY),
-            "conv_bwd_gv": BWD_OCCUPANCY,
-            "conv_bwd_dx": dict.fromkeys(tiles, (1,)),
-        }[stage]
         cases = [(name, 4, first, hint, True) for name in DTYPES]
         cases += [("bfloat16", 4, tile, occupancy, False) for tile in tiles for occupancy in hints[tile]]
         cases.append(("bfloat16", 3, first, hint, True))
