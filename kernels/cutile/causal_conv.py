@@ -314,15 +314,13 @@ def _conv_bwd_op(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # each part's dx kernel stores into its channel columns of one (b, l, c) dx: no cat of the parts' dx
     dx = torch.empty(x.shape, device=x.device, dtype=x.dtype)
-    dw, db, lo = [], [], 0
-    for dy in dys:
-        hi = lo + dy.shape[-1]
+    dw, db = [], []
+    for dy, (lo, hi) in zip(dys, _bounds([dy.shape[-1] for dy in dys])):
         _, dw_part, db_part = conv_bwd(
             dy, x[..., lo:hi], weight[lo:hi], None if bias is None else bias[lo:hi], out=dx[..., lo:hi]
         )
         dw.append(dw_part)
         db.append(db_part)
-        lo = hi
     return dx, torch.cat(dw), x.new_empty(0) if bias is None else torch.cat(db)  # cat of (c, k) and (c,): tiny
 
 
