@@ -215,17 +215,21 @@ class Mamba2Block(nn.Module):
         d_inner = self.cfg.d_inner
         return zxbcdt.split([d_inner, self.conv_dim, self.cfg.nheads], dim=-1)
 
-    def _split_xbc(self, xbc: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    @property
+    def _xbc_sizes(self) -> list[int]:
+        """The conv's channels as x, B and C."""
         gn = self.cfg.ngroups * self.cfg.d_state
-        return xbc.split([self.cfg.d_inner, gn, gn], dim=-1)
+        return [self.cfg.d_inner, gn, gn]
+
+    def _split_xbc(self, xbc: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return xbc.split(self._xbc_sizes, dim=-1)
 
     def forward(self, u: Tensor) -> Tensor:
         """u: (b, l, d_model) -> (b, l, d_model)."""
         cfg = self.cfg
         b, l, _ = u.shape
         z, xbc, dt = split_linear(u, self.in_proj.weight, [cfg.d_inner, self.conv_dim, cfg.nheads])
-        gn = cfg.ngroups * cfg.d_state
-        x, B, C = self.conv(xbc, self.conv1d.weight[:, 0], self.conv1d.bias, [cfg.d_inner, gn, gn])
+        x, B, C = self.conv(xbc, self.conv1d.weight[:, 0], self.conv1d.bias, self._xbc_sizes)
         y = self.ssd(
             x.reshape(b, l, cfg.nheads, cfg.headdim),
             dt,
