@@ -18,8 +18,8 @@
 # kernels series' processes took 203 s (135 s of it precompiling on 16 cores), 52 and 45 s on one H200
 # (2026-12-01); the sweep's 138 s (after 89 s of precompiling), 65 and 76 s; step_graphs' 388 s (after 132 s of
 # precompiling), 333 s (after 138 s of precompiling on a fresh machine) and 125 s (on the same machine right after,
-# its caches kept); step_layers' 309 s (after 114 s of precompiling), 110 and 103 s; the step
-# series has not run yet.
+# its caches kept); step_layers' 309 s (after 114 s of precompiling), 110 and 103 s; the step series has not run
+# yet.
 # RESULTS (default results/) says where the JSON goes, OUT (default the repository) where BENCHMARKS.md and
 # README.md are.
 set -euo pipefail
