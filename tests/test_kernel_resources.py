@@ -14,13 +14,14 @@ from kernels.cutile import causal_conv
 from scripts import kernel_resources
 
 # conv_bwd_gv_kernel in the specialization the medium model's compiled step launched the conv's one-pass backward
-# kernel in (results/step_h200_layers_quick.json's profile; the gv kernel took over its parameters), from before the
-# kernel took its runtime `steps` (an int32 after dbias_part); LAUNCHED is the same launch with it
-LAUNCHED_BEFORE_STEPS = (
+# kernel in (results/step_h200_layers_quick.json's profile; the gv kernel took over its parameters), with the runtime
+# `steps` (an int32) the gv kernel took later: the kernel as it was while its dbias partials had an array of their own
+# (the name's A3f32 after A4f32); LAUNCHED is the same launch with them in the dweight partials' fifth row
+LAUNCHED_BEFORE_BIAS_ROW = (
     "conv_bwd_gv_kernel_Kt1_A3bf16_3v8l0_4t1_6i16_p16_A2f32_1i16v4l0_2t1_p16_A1f32_1i16t1_p16_A3bf16_3v8l0_4t1_6i16_p16"
-    "_A3bf16_3v8l0_4t1_6i16_p16_A4f32_6i16_7v4l0_8t1_p16_A3f32_3v4l0_4t1_6i16_p16_I4_I16_I256_B1"
+    "_A3bf16_3v8l0_4t1_6i16_p16_A4f32_6i16_7v4l0_8t1_p16_A3f32_3v4l0_4t1_6i16_p16_Si32_I4_I16_I256_B1"
 )
-LAUNCHED = LAUNCHED_BEFORE_STEPS.replace("_I4_I16_I256_B1", "_Si32_I4_I16_I256_B1")
+LAUNCHED = LAUNCHED_BEFORE_BIAS_ROW.replace("_A3f32_3v4l0_4t1_6i16_p16_Si32", "_Si32")
 
 
 def test_a_launched_name_gives_its_kernel_and_signature():
@@ -41,8 +42,8 @@ def test_a_launched_name_from_a_changed_copy(tmp_path):
 
 
 def test_a_name_from_other_code_is_one_clear_error():
-    with pytest.raises(SystemExit, match=r"encodes 11 parameters, conv_bwd_gv_kernel in .* takes 12: a name launched"):
-        kernel_resources.launched(LAUNCHED_BEFORE_STEPS, None)
+    with pytest.raises(SystemExit, match=r"encodes 12 parameters, conv_bwd_gv_kernel in .* takes 11: a name launched"):
+        kernel_resources.launched(LAUNCHED_BEFORE_BIAS_ROW, None)
 
 
 def test_an_unknown_kernel_is_one_clear_error():

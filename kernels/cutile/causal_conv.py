@@ -11,11 +11,12 @@ x (b, l, c), weight w (c, k), bias (c,), and v the pre-activation:
 A program owns TILE_T tokens x TILE_C channels of one sequence. The shifted rows are gathers (rows before the
 sequence start or past its end read as zero), served from L1/L2 after the first: each element of x is read
 from HBM about once. The backward takes two kernels: the first recomputes v (the forward writes only y) once,
-writes gv in dy's dtype and per-program partial sums of dw and dbias that the host adds up; the second forms dx
-from k shifted rows of gv. A gv program walks `steps` token tiles (its segment), summing gv x each shifted row
-and gv elementwise in registers, and reduces over tokens once at the end; its builds take an occupancy hint (without
-one they use 255 registers a thread, one program an SM), as the forward's do. Arithmetic in fp32; y and dx in x's
-dtype. The backward takes k up to 4 (Mamba-2's d_conv is 4).
+writes gv in dy's dtype and per-program partial sums of dw and dbias, rows of one array that one host sum adds up
+(each of the op's channel parts into its columns of one result, so the parts' gradients need no cat); the second
+forms dx from k shifted rows of gv. A gv program walks `steps` token tiles (its segment), summing gv x each shifted
+row and gv elementwise in registers, and reduces over tokens once at the end; its builds take an occupancy hint
+(without one they use 255 registers a thread, one program an SM), as the forward's do. Arithmetic in fp32; y and dx
+in x's dtype. The backward takes k up to 4 (Mamba-2's d_conv is 4).
 """
 
 from __future__ import annotations
@@ -80,8 +81,8 @@ def conv_bwd_gv_kernel(
     bias,  # (c,) float32 (ignored unless HAS_BIAS)
     dy,  # (b, l, c) last stride 1
     gv,  # (b, l, c) dy's dtype: the pre-activation's gradient
-    dweight_part,  # (b, segments, 4, c) float32: each program's share of dw, tap-major (taps past K: unused)
-    dbias_part,  # (b, segments, c) float32
+    dparams_part,  # (b, segments, 4 + HAS_BIAS, c) float32: each program's share of dw, tap-major (taps past K:
+    # unused), then of dbias: one host sum gives both
     steps,  # token tiles per program (a runtime count): a segment is steps * TILE_T tokens
     K: ConstInt,  # at most 4: the taps are four named tiles (past K their weight reads as zero)
     TILE_T: ConstInt,
@@ -122,11 +123,12 @@ def conv_bwd_gv_kernel(
         acc3 = acc3 + g * x3
         acc_b = acc_b + g
     # one reduction over the segment's tokens per program, not one per token tile
-    ct.store(dweight_part, index=(bi, si, 0, cj), tile=ct.sum(acc0, axis=0).reshape((1, 1, 1, TILE_C)))
-    ct.store(dweight_part, index=(bi, si, 1, cj), tile=ct.sum(acc1, axis=0).reshape((1, 1, 1, TILE_C)))
-    ct.store(dweight_part, index=(bi, si, 2, cj), tile=ct.sum(acc2, axis=0).reshape((1, 1, 1, TILE_C)))
-    ct.store(dweight_part, index=(bi, si, 3, cj), tile=ct.sum(acc3, axis=0).reshape((1, 1, 1, TILE_C)))
-    ct.store(dbias_part, index=(bi, si, cj), tile=ct.sum(acc_b, axis=0).reshape((1, 1, TILE_C)))
+    ct.store(dparams_part, index=(bi, si, 0, cj), tile=ct.sum(acc0, axis=0).reshape((1, 1, 1, TILE_C)))
+    ct.store(dparams_part, index=(bi, si, 1, cj), tile=ct.sum(acc1, axis=0).reshape((1, 1, 1, TILE_C)))
+    ct.store(dparams_part, index=(bi, si, 2, cj), tile=ct.sum(acc2, axis=0).reshape((1, 1, 1, TILE_C)))
+    ct.store(dparams_part, index=(bi, si, 3, cj), tile=ct.sum(acc3, axis=0).reshape((1, 1, 1, TILE_C)))
+    if HAS_BIAS:  # row 4, after the taps'
+        ct.store(dparams_part, index=(bi, si, 4, cj), tile=ct.sum(acc_b, axis=0).reshape((1, 1, 1, TILE_C)))
 
 
 @ct.kernel
@@ -244,31 +246,33 @@ def conv_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -
     return y
 
 
-def conv_bwd(
-    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Gradients of `conv_fwd`: dx (b, l, c) in x's dtype, dweight (c, k) and dbias (c,) (None without a bias)
-    in their parameters' dtypes."""
+def _conv_bwd_sums(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    dx: torch.Tensor,
+    dparams: torch.Tensor,
+) -> None:
+    """The backward's kernels on one channel part: dx into `dx` (b, l, c), and the gv programs' partials of dw's four
+    taps and of dbias summed into `dparams` (4 + bias rows, c; fp32). Both may be column slices of the op's buffers."""
     check_inputs(x, weight, bias)
     x, w32, b32 = _operands(x, weight, bias)
     dy = dy if dy.stride(-1) == 1 else dy.contiguous()
     b, l, c = x.shape
     k = w32.shape[1]
     gv = torch.empty((b, l, c), device=x.device, dtype=dy.dtype)
-    dx = torch.empty((b, l, c), device=x.device, dtype=x.dtype) if out is None else out  # out: may be a column slice
-    parts: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+    rows = dparams.shape[0]  # dw's four taps, then dbias's with a bias
+    parts: dict[tuple[int, int], torch.Tensor] = {}
 
     def spec_gv(cfg: ConvConfig):
         span = cfg.TILE_T * cfg.steps
         segments = -(-l // span)
         if (cfg.TILE_T, cfg.steps) not in parts:
-            parts[cfg.TILE_T, cfg.steps] = (
-                torch.empty((b, segments, 4, c), device=x.device, dtype=torch.float32),
-                torch.empty((b, segments, c), device=x.device, dtype=torch.float32),
-            )
-        dw, db = parts[cfg.TILE_T, cfg.steps]
+            parts[cfg.TILE_T, cfg.steps] = torch.empty((b, segments, rows, c), device=x.device, dtype=torch.float32)
+        dparams_part = parts[cfg.TILE_T, cfg.steps]
         grid = (b, segments, -(-c // cfg.TILE_C))
-        args = (x, w32, b32, dy, gv, dw, db, cfg.steps, k, cfg.TILE_T, cfg.TILE_C, bias is not None)
+        args = (x, w32, b32, dy, gv, dparams_part, cfg.steps, k, cfg.TILE_T, cfg.TILE_C, bias is not None)
         return grid, with_hints(conv_bwd_gv_kernel, cfg.occupancy), args
 
     def spec_dx(cfg: ConvConfig):
@@ -277,10 +281,34 @@ def conv_bwd(
 
     cfg = launch("conv_bwd", _key(x, k), DEFAULT_BWD, bwd_space, spec_gv, x.device)
     launch("conv_bwd_dx", _key(x, k), DEFAULT_DX, dx_space, spec_dx, x.device)
-    dw, db = parts[cfg.TILE_T, cfg.steps]
-    dweight = dw[:, :, :k].sum((0, 1)).t().contiguous().to(weight.dtype)  # (c, k), as the op's fake kernel says
-    dbias = None if bias is None else db.sum((0, 1)).to(bias.dtype)
-    return dx, dweight, dbias
+    # into the column slice in place: a reduction's out= takes its strides (no temporary, no copy kernel)
+    torch.sum(parts[cfg.TILE_T, cfg.steps], (0, 1), out=dparams)
+
+
+def _dparams(c: int, bias: torch.Tensor | None, device: torch.device) -> torch.Tensor:
+    """The summed partials' buffer: dw's four taps, then dbias with a bias; fp32, (4 + bias, c)."""
+    return torch.empty((MAX_K + (bias is not None), c), device=device, dtype=torch.float32)
+
+
+def _param_grads(
+    dparams: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """dweight (c, k) contiguous in weight's dtype, by one transposing copy of dparams' first k rows (the op's fake
+    kernel's layout), and dbias (c,) in bias's dtype: its row as it lies, contiguous, so a float32 bias takes no copy
+    (the row starts 16 c bytes in: 16-byte aligned)."""
+    dweight = weight.new_empty(weight.shape).copy_(dparams[: weight.shape[1]].t())
+    return dweight, None if bias is None else dparams[MAX_K].to(bias.dtype)
+
+
+def conv_bwd(
+    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Gradients of `conv_fwd`: dx (b, l, c) in x's dtype, dweight (c, k) and dbias (c,) (None without a bias)
+    in their parameters' dtypes."""
+    dx = torch.empty(x.shape, device=x.device, dtype=x.dtype) if out is None else out  # out: may be a column slice
+    dparams = _dparams(x.shape[-1], bias, x.device)
+    _conv_bwd_sums(dy, x, weight, bias, dx, dparams)
+    return dx, *_param_grads(dparams, weight, bias)
 
 
 def _bounds(sizes: list[int]) -> list[tuple[int, int]]:
@@ -312,16 +340,15 @@ def _(x, weight, bias, sizes):
 def _conv_bwd_op(
     dys: list[torch.Tensor], x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    # each part's dx kernel stores into its channel columns of one (b, l, c) dx: no cat of the parts' dx
+    # each part's kernels store into its channel columns of one dx and its sum into those of one dparams, so the
+    # parameters' gradients take one copy in all, not a sum, transpose and cat of each part's (small launches)
     dx = torch.empty(x.shape, device=x.device, dtype=x.dtype)
-    dw, db = [], []
+    dparams = _dparams(x.shape[-1], bias, x.device)
     for dy, (lo, hi) in zip(dys, _bounds([dy.shape[-1] for dy in dys])):
-        _, dw_part, db_part = conv_bwd(
-            dy, x[..., lo:hi], weight[lo:hi], None if bias is None else bias[lo:hi], out=dx[..., lo:hi]
-        )
-        dw.append(dw_part)
-        db.append(db_part)
-    return dx, torch.cat(dw), x.new_empty(0) if bias is None else torch.cat(db)  # cat of (c, k) and (c,): tiny
+        part_bias = None if bias is None else bias[lo:hi]
+        _conv_bwd_sums(dy, x[..., lo:hi], weight[lo:hi], part_bias, dx[..., lo:hi], dparams[:, lo:hi])
+    dweight, dbias = _param_grads(dparams, weight, bias)
+    return dx, dweight, x.new_empty(0) if dbias is None else dbias
 
 
 @_conv_bwd_op.register_fake
