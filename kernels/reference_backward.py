@@ -200,7 +200,9 @@ def chunk_cumsum_bwd(
 
 
 class Passes(NamedTuple):
-    """The stage functions one backward composes: these references, or the cuTile kernels' host functions."""
+    """The stage functions one backward composes: these references, or the cuTile kernels' host functions.
+    A chunk_cumsum pass may return a third tensor after dt_out and dA_cumsum, which `ssd_backward` passes to
+    bwd_dx as its last argument (the cuTile passes: dA_cumsum·log2(e), written by the same launch)."""
 
     chunk_cumsum: Callable
     fwd_pass_state: Callable
@@ -233,10 +235,10 @@ def ssd_backward(
         in the compute dtype); dD, ddt_bias, dinitial_states are None when the input was None.
     """
     p = passes or REFERENCE
-    dt_out, dA_cumsum = p.chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
+    dt_out, dA_cumsum, *for_dx = p.chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
     chunk_states, _ = p.fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
     dstates, dinit = p.bwd_pass_state(dy, C, dA_cumsum, dfinal_state)
-    dx, ddt_dir, da_intra, dD = p.bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D)
+    dx, ddt_dir, da_intra, dD = p.bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D, *for_dx)
     dB, dC, da_inter = p.bwd_dbc(x, dy, B, C, dt_out, dA_cumsum, chunk_states, dstates)
     ddt, dA, dbias = p.chunk_cumsum_bwd(ddt_dir, da_intra, da_inter, dt_out, dt, A, dt_softplus, dt_bias)
     return dx, ddt, dA, dB, dC, dD, dbias, None if initial_states is None else dinit

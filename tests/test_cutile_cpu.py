@@ -131,15 +131,67 @@ def test_backward_op_equals_reference_autograd():
 
 def test_cutile_passes_keep_the_reference_passes_contracts():
     """Each stage the cuTile backward composes takes the arguments of its reference stage, by name, order and
-    default (the GPU tests compare their results), and is a kernel CI compiles."""
+    default (the GPU tests compare their results), and is a kernel CI compiles. A stage may take more after
+    them, each with a default (bwd_dx: dA_log2, which the cuTile chunk_cumsum pass returns third)."""
     from kernels.reference_backward import REFERENCE, Passes
 
     compiled = {label.split("[")[0] for label, _, _ in aot.every_signature()}
     for stage in Passes._fields:
         ours, reference = getattr(cutile_ssd.CUTILE, stage), getattr(REFERENCE, stage)
         params = [(p.name, p.default) for p in inspect.signature(ours).parameters.values()]
-        assert params == [(p.name, p.default) for p in inspect.signature(reference).parameters.values()], stage
+        want = [(p.name, p.default) for p in inspect.signature(reference).parameters.values()]
+        assert params[: len(want)] == want, stage
+        assert all(default is not inspect.Parameter.empty for _, default in params[len(want) :]), stage
         assert ours.__module__ == f"kernels.cutile.{stage}" and stage in compiled, stage
+    assert [p for p in inspect.signature(cutile_ssd.CUTILE.bwd_dx).parameters][-1] == "dA_log2"
+
+
+def test_backward_hands_stage_1s_third_output_to_bwd_dx():
+    """ssd_backward passes what a chunk_cumsum pass returns after dt_out and dA_cumsum to bwd_dx, last (the cuTile
+    passes: dA_cumsum·log2(e) from chunk_cumsum's launch); passes returning two give bwd_dx nothing more."""
+    from kernels import reference_backward
+
+    handed = []
+
+    def chunk_cumsum(dt, A, chunk_size, *rest):
+        dt_out, dA_cumsum = reference_backward.REFERENCE.chunk_cumsum(dt, A, chunk_size, *rest)
+        return dt_out, dA_cumsum, dA_cumsum * 2.0
+
+    def bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D=None, *more):
+        handed.append((dA_cumsum, more))
+        return reference_backward.REFERENCE.bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D)
+
+    torch.manual_seed(3)
+    b, l, h, p, g, n = 1, 40, 2, 4, 1, 4
+    x, B, C = torch.randn(b, l, h, p), torch.randn(b, l, g, n), torch.randn(b, l, g, n)
+    dt, A, dy = torch.randn(b, l, h), -torch.rand(h) - 0.1, torch.randn(b, l, h, p)
+    passes = reference_backward.REFERENCE._replace(bwd_dx=bwd_dx)
+    want = reference_backward.ssd_backward(dy, None, x, dt, A, B, C, 16, passes=passes)
+    assert len(handed) == 1 and handed[0][1] == ()
+    got = reference_backward.ssd_backward(
+        dy, None, x, dt, A, B, C, 16, passes=passes._replace(chunk_cumsum=chunk_cumsum)
+    )
+    (dA_cumsum, (third,)) = handed[1]
+    torch.testing.assert_close(third, dA_cumsum * 2.0)
+    for a, w in zip(got, want):
+        assert (a is None and w is None) or torch.equal(a, w)
+
+
+def test_unused_outputs_reach_the_backward_as_none():
+    """The op's autograd context does not materialize gradients: a final state the loss does not use reaches
+    _backward and ssd_bwd as None (no fill of zeros, and bwd_pass_state starts from zero without a load)."""
+
+    class Ctx:
+        def save_for_backward(self, *tensors):
+            self.saved = tensors
+
+        def set_materialize_grads(self, value):
+            self.materialize = value
+
+    ctx = Ctx()
+    t = torch.zeros(1)
+    cutile_ssd._setup_context(ctx, (t, t, t, t, t, 64, None, None, True, None, "cutile"), (t, t))
+    assert ctx.materialize is False and ctx.backward == "cutile"
 
 
 def test_tuning_choice_is_decided_once_per_shape(tmp_path, monkeypatch):
@@ -331,6 +383,10 @@ def test_bf16_tuned_defaults_stay_with_bf16_inputs(dtype, monkeypatch):
     # the kernel's dA_cumsum argument (after dt_out) and its last flag, G_LOG2
     assert dx_args[-1] is bf16
     assert torch.equal(dx_args[5], rows.view(b, h, Q) * (dx_module.LOG2E if bf16 else 1.0))
+    # given the log2 copy (the SSD's backward: chunk_cumsum_log2 wrote it), bf16 takes it as it is, no host multiply
+    log2 = torch.full((b, h, 1, Q), 3.0)
+    dx_module.bwd_dx(x, dy, B, C, rows, rows, states, torch.zeros(h), log2)
+    assert got["bwd_dx"][2][5].data_ptr() == (log2 if bf16 else rows).data_ptr()
     assert dx_default.occupancy == (2 if bf16 else 1)
     assert out_default.TILE_T == (128 if bf16 else 64)
     assert any(c.occupancy == 2 for c in dx_space) == (dtype != torch.float32)

@@ -17,7 +17,7 @@ from kernels.cutile import tuning
 from kernels.cutile.bwd_dbc import bwd_dbc, dbc_space
 from kernels.cutile.bwd_dx import bwd_dx, dx_space
 from kernels.cutile.bwd_pass_state import bwd_pass_state
-from kernels.cutile.chunk_cumsum import chunk_cumsum
+from kernels.cutile.chunk_cumsum import LOG2E, chunk_cumsum, chunk_cumsum_log2
 from kernels.cutile.chunk_cumsum_bwd import chunk_cumsum_bwd, search_space
 from kernels.cutile.compute_out import compute_out
 from kernels.cutile.fwd_pass_state import fwd_pass_state, states_dtype
@@ -61,6 +61,10 @@ def test_forward_stages(dtype, chunk, p, n):
     out, cumsum = chunk_cumsum(t["dt"], t["A"], chunk, t["dt_bias"], True)
     assert out.shape == dt_out.shape and cumsum.shape == dA.shape
     assert rel_err(out, dt_out) < 1e-6 and rel_err(cumsum, dA) < 1e-6
+    # the backward's stage 1: the same rows, and dA_cumsum·log2(e) as the float32 product the host would form
+    out2, cumsum2, log2 = chunk_cumsum_log2(t["dt"], t["A"], chunk, t["dt_bias"], True)
+    assert torch.equal(out2, out) and torch.equal(cumsum2, cumsum)
+    torch.testing.assert_close(log2, cumsum * LOG2E, rtol=2**-23, atol=0)
     s, fin = fwd_pass_state(t["x"], t["B"], *f32(dt_out, dA, t64["initial_states"]))
     assert s.dtype == expected_states_dtype(dtype) and fin.dtype == torch.float32
     assert rel_err(s, states) < TOL[dtype] and rel_err(fin, final) < TOL[dtype]
@@ -83,6 +87,10 @@ def test_backward_stages(dtype, chunk, p, n):
     assert got[0].dtype == dtype
     for name, a, b in zip(("dx", "ddt_dir", "da_intra", "dD"), got, (dx, ddt_dir, da_intra, dD)):
         assert rel_err(a, b) < TOL[dtype], name
+    # handed the log2 copy the host would form (as chunk_cumsum_log2 writes it), the same results
+    log2 = dA.float() * LOG2E
+    again = bwd_dx(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA), *stored(dtype, dstates), *f32(t64["D"]), log2)
+    assert all(torch.equal(a, b) for a, b in zip(again, got))
 
     dB, dC, da_inter = ref_bwd.bwd_dbc(t64["x"], dy64, t64["B"], t64["C"], dt_out, dA, states, dstates)
     got = bwd_dbc(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA), *stored(dtype, states, dstates))

@@ -55,6 +55,7 @@ def test_constants_set_the_chunk_size_the_optional_inputs_and_the_dbc_blocks():
     assert stage_traffic("bwd_pass_state", TINY, {"HAS_DFINAL": True}).read == X + BC + ROW + STATE
     assert stage_traffic("compute_out", TINY, {"HAS_D": False}).read == X + 2 * BC + 2 * ROW + STATES
     assert stage_traffic("chunk_cumsum", TINY, {"HAS_BIAS": False}).read == DT + VEC
+    assert stage_traffic("chunk_cumsum", TINY, {"LOG2": True}).write == 3 * ROW  # the backward's: dA_cumsum·log2(e)
     assert stage_traffic("chunk_cumsum_bwd", TINY, {"HAS_BIAS": False, "SOFTPLUS": False}).read == 4 * ROW + VEC
     assert stage_traffic("chunk_cumsum_bwd", TINY, {"SOFTPLUS": False}).read == 4 * ROW + VEC  # no dt, no dt_bias
     assert stage_traffic("chunk_cumsum_bwd", TINY, {"HAS_BIAS": False}).read == 4 * ROW + VEC + DT

@@ -3,8 +3,9 @@ backward) to cubins, with no GPU present.
 
 CI runs `export_all("sm_90")` and `export_all("sm_100")`, so a kernel that stops compiling for
 Hopper or Blackwell fails CI. Each kernel is compiled for the specializations the SSD launches:
-chunk sizes 64/128/256 (the backward: 64, its own chunk size at every forward chunk of 64 or more; bwd_dbc also
-at 16 and 32, the chunks of smaller forward chunks), bf16/fp16/fp32 inputs, with and without the optional inputs.
+chunk sizes 64/128/256 (the backward: 64, its own chunk size at every forward chunk of 64 or more, chunk_cumsum
+there with its log2(e) row; bwd_dbc also at 16 and 32, the chunks of smaller forward chunks), bf16/fp16/fp32
+inputs, with and without the optional inputs.
 
     python -m kernels.cutile.aot sm_90 sm_100
 """
@@ -94,8 +95,9 @@ def signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
                 f"chunk_cumsum[{name},softplus={softplus}]",
                 chunk_cumsum_kernel,
                 _signature(
-                    [_array(dtype, 3), _array(f32, 1), _array(f32, 1), _array(f32, 3), _array(f32, 3), i32]
-                    + [128, 8, True, softplus]
+                    [_array(dtype, 3), _array(f32, 1), _array(f32, 1)]
+                    + [_array(f32, 3)] * 3
+                    + [i32, 128, 8, True, softplus, False]
                 ),
             )
     for name, dtype in DTYPES.items():
@@ -136,6 +138,16 @@ def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
     chunk = BACKWARD_CHUNK
     # float16 takes the bfloat16 code path but TF32 products with fp32-formed operands (BF16_MMA off);
     # float32 inputs take TF32 products.
+    for name, dtype in DTYPES.items():  # stage 1 again, with dA_cumsum·log2(e) for bwd_dx
+        yield (
+            f"chunk_cumsum[{name},Q={chunk},softplus=True,log2=True]",
+            chunk_cumsum_kernel,
+            _signature(
+                [_array(dtype, 3), _array(f32, 1), _array(f32, 1)]
+                + [_array(f32, 3)] * 3
+                + [i32, chunk, 8, True, True, True]
+            ),
+        )
     cases = [("bfloat16", 64, 128, True), ("bfloat16", 128, 64, False), ("float32", 64, 64, False)]
     for name, tile_p, tile_n, flag in cases:
         dtype, tf32 = DTYPES[name], name == "float32"
@@ -157,8 +169,8 @@ def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
             _signature(
                 [_array(dtype, 4)] * 4
                 + [_array(f32, 3), _array(f32, 3), _array(_states(name), 5), _array(f32, 1), _array(dtype, 4)]
-                + [_array(f32, 3)] * 3
-                + [8, 4, chunk, tile_p, tile_n, flag, tf32, name == "bfloat16", name == "bfloat16"]
+                + [_array(f32, 3)] * 2
+                + [_array(f32, 2), 8, 4, chunk, tile_p, tile_n, flag, tf32, name == "bfloat16", name == "bfloat16"]
             ),
         )
 
@@ -192,7 +204,7 @@ def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
                 ),
                 _signature(
                     [_array(f32, 3)] * 4
-                    + [_array(dtype, 3), _array(f32, 1), _array(f32, 1), _array(dtype, 3), _array(f32, 4), i32]
+                    + [_array(dtype, 3), _array(f32, 1), _array(f32, 1), _array(dtype, 3), _array(f32, 3), i32]
                     + [chunk, 8, bias, softplus]
                 ),
             )

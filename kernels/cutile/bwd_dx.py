@@ -10,11 +10,12 @@ per (batch·head, chunk) holds the whole chunk (Q tokens, all of p and n) in reg
 Products of raw inputs run on the input dtype (TF32 for float32 inputs); K and Ĝ enter their products in bf16
 when the inputs are bf16 (BF16_MMA, as mamba_ssm does: K rounded from fp32, dy as loaded; bwd_pass_state then
 stores Ĝ in bf16, and it enters the product as loaded), TF32 otherwise; everything summed accumulates in fp32.
-With bf16 inputs G arrives in log2 units (dA_cumsum·log2(e), scaled by the host) for exp2: scaling the loaded
-tile in the kernel cost 20% at the training step's shape. Other dtypes scale it in the kernel: with fp32
-inputs at head dim 64 the host-scaled form hangs on the GPU (cuda-tile 1.7.0, H200, occupancy 1 and 2 with
-the compiler's warp count; the kernel has no loop), the kernel-scaled one does not (results/tuning_log.md,
-2026-12-01, "a hang").
+With bf16 inputs G arrives in log2 units (dA_cumsum·log2(e), written by the backward's chunk_cumsum launch, or
+scaled by the host when the caller has no such copy) for exp2: scaling the loaded tile in the kernel cost 20% at
+the training step's shape. Other dtypes scale it in the kernel: with fp32 inputs at head dim 64 the host-scaled
+form hangs on the GPU (cuda-tile 1.7.0, H200, occupancy 1 and 2 with the compiler's warp count; the kernel has no
+loop), the kernel-scaled one does not (results/tuning_log.md, 2026-12-01, "a hang"). dD's partial sums are laid
+out one row per head, so the host's sum runs along contiguous rows.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def bwd_dx_kernel(
     dx,  # (b, l, h, p), written
     ddt_dir,  # (b, h, c * Q) float32, written
     da_intra,  # (b, h, c * Q) float32, written
-    dD_part,  # (b, c, h) float32, written: Σ over the chunk of dy · x
+    dD_part,  # (h, b * c) float32, written: Σ over the chunk of dy · x, at column (batch, chunk)
     NHEADS: ConstInt,
     HEADS_PER_GROUP: ConstInt,
     Q: ConstInt,
@@ -99,7 +100,7 @@ def bwd_dx_kernel(
         out = out + ct.load(D, index=(hi,), shape=(1,)).reshape((1, 1)) * dy32
     ct.store(dx, index=(bi, k, hi, 0), tile=out.astype(dx.dtype).reshape((1, Q, 1, TILE_P)))
     ct.store(ddt_dir, index=(bi, hi, k), tile=ct.sum(x32 * dxt, axis=1).reshape((1, 1, Q)))
-    ct.store(dD_part, index=(bi, k, hi), tile=ct.sum(dy32 * x32, keepdims=True).reshape((1, 1, 1)))
+    ct.store(dD_part, index=(hi, bi * ct.num_blocks(1) + k), tile=ct.sum(dy32 * x32, keepdims=True).reshape((1, 1)))
 
     # Rᵀ[s, t] = (x_s · dy_t) Kᵀ[s, t] dt_s;  term1_j = Σ_{t>=j} Σ_{s<j} Rᵀ[s, t]: an exclusive prefix
     # sum down the rows, then a masked sum along each row.
@@ -141,6 +142,7 @@ def bwd_dx(
     dA_cumsum: torch.Tensor,
     dstates: torch.Tensor,
     D: torch.Tensor | None = None,
+    dA_log2: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Backward stage 2 on the GPU. Same contract as `kernels.reference_backward.bwd_dx`, dx in x's dtype.
 
@@ -148,6 +150,8 @@ def bwd_dx(
         x, dy: (b, l, h, p).  B, C: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) float32.
         dstates: (b, c, h, p, n) from `bwd_pass_state`: bfloat16 with bfloat16 inputs, float32 otherwise.
         D: (h,) or None.
+        dA_log2: (b, h, c, Q) float32, dA_cumsum·log2(e) (`chunk_cumsum_log2`), read with bf16 inputs; None: the
+            host scales dA_cumsum then (one elementwise launch more).
     Returns:
         dx: (b, l, h, p) in x's dtype.  ddt_dir, da_intra: (b, h, c, Q) float32.  dD: (h,) float32 or None.
     """
@@ -157,11 +161,14 @@ def bwd_dx(
     dx = torch.empty_like(x, memory_format=torch.contiguous_format)
     ddt_dir = torch.empty_like(dt_out)
     da_intra = torch.empty_like(dt_out)
-    dD_part = torch.empty((b, nchunks, h), device=x.device, dtype=torch.float32)
+    dD_part = torch.empty((h, b * nchunks), device=x.device, dtype=torch.float32)
     D32 = dt_out if D is None else D.to(torch.float32).contiguous()
     rows = (b, h, nchunks * chunk_size)
-    g_log2 = x.dtype == torch.bfloat16  # the host scales G to log2 units (see the module docstring)
-    dA_g = dA_cumsum * LOG2E if g_log2 else dA_cumsum
+    g_log2 = x.dtype == torch.bfloat16  # G in log2 units (see the module docstring)
+    if not g_log2:
+        dA_g = dA_cumsum
+    else:
+        dA_g = dA_cumsum * LOG2E if dA_log2 is None else dA_log2
     outs = (dx, ddt_dir.view(rows), da_intra.view(rows), dD_part)
 
     def spec(cfg: DxConfig) -> tuple[tuple[int, ...], object, tuple]:
@@ -171,4 +178,4 @@ def bwd_dx(
 
     key = shape_key(x, B, chunk_size)
     launch("bwd_dx", key, default_dx_config(x.dtype), lambda: dx_space(x.dtype), spec, x.device)
-    return dx, ddt_dir, da_intra, None if D is None else dD_part.sum((0, 1))
+    return dx, ddt_dir, da_intra, None if D is None else dD_part.sum(1)

@@ -2,9 +2,11 @@
 
 Reference: `kernels.reference.chunk_cumsum`; the host function `chunk_cumsum` takes and returns what
 the reference does: dt_out and dA_cumsum (b, h, c, Q) float32, dA_cumsum in natural-log units. The
-kernel writes them as one row of c * Q tokens per (batch, head), the same memory. compute_out, bwd_dx and
+kernel writes them as one row of c * Q tokens per (batch, head), the same memory. compute_out and
 bwd_pass_state scale dA_cumsum by log2(e) where they load it and use exp2; fwd_pass_state and bwd_dbc use
-exp on it directly, which measured faster there (results/tuning_log.md, "exp against exp2").
+exp on it directly, which measured faster there (results/tuning_log.md, "exp against exp2"). bwd_dx takes
+it in log2 units with bf16 inputs: `chunk_cumsum_log2`, the backward's stage 1, writes dA_cumsum·log2(e) as
+a third row in the same launch (the backward's elementwise multiply on the host before).
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ def chunk_cumsum_kernel(
     dt_bias,  # (h,) float32 (ignored unless HAS_BIAS)
     dt_out,  # (b, h, c * Q) float32
     dA_cumsum,  # (b, h, c * Q) float32
+    dA_log2,  # (b, h, c * Q) float32, dA_cumsum·log2(e) (written only with LOG2)
     seqlen: int,
     Q: ConstInt,
     TILE_H: ConstInt,
     HAS_BIAS: ConstBool,
     SOFTPLUS: ConstBool,
+    LOG2: ConstBool,
 ):
     bi = ct.bid(0)
     ci = ct.bid(1)
@@ -54,6 +58,8 @@ def chunk_cumsum_kernel(
     g = ct.cumsum(d * a, axis=0)
     ct.store(dt_out, index=(bi, hj, ci), tile=ct.transpose(d).reshape((1, TILE_H, Q)))
     ct.store(dA_cumsum, index=(bi, hj, ci), tile=ct.transpose(g).reshape((1, TILE_H, Q)))
+    if LOG2:  # the float32 product the host's dA_cumsum * LOG2E computed
+        ct.store(dA_log2, index=(bi, hj, ci), tile=ct.transpose(g * LOG2E).reshape((1, TILE_H, Q)))
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,32 @@ def dt_key(dt: torch.Tensor, chunk_size: int) -> str:
     return f"b{b}_l{seqlen}_h{h}_Q{chunk_size}_{str(dt.dtype)[6:]}"
 
 
+def _chunk_cumsum(
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    chunk_size: int,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    log2: bool,
+) -> tuple[torch.Tensor, ...]:
+    """dt_out, dA_cumsum and, with `log2`, dA_cumsum·log2(e): (b, h, c, Q) float32 each, from one launch."""
+    b, seqlen, h = dt.shape
+    nchunks = -(-seqlen // chunk_size)
+    dt_out = torch.empty((b, h, nchunks * chunk_size), device=dt.device, dtype=torch.float32)
+    dA_cumsum = torch.empty_like(dt_out)
+    dA_log2 = torch.empty_like(dt_out) if log2 else dA_cumsum  # dA_cumsum stands in (the kernel does not write it)
+    A32, bias32 = head_params(A, dt_bias)
+
+    def spec(cfg: CumsumConfig) -> tuple[tuple[int, ...], object, tuple]:
+        grid, th = head_grid(b, nchunks, h, cfg.TILE_H)
+        args = (dt, A32, bias32, dt_out, dA_cumsum, dA_log2, seqlen, chunk_size, th, dt_bias is not None, dt_softplus)
+        return grid, chunk_cumsum_kernel, (*args, log2)
+
+    launch("chunk_cumsum", dt_key(dt, chunk_size), CumsumConfig(), lambda: search_space(h), spec, dt.device)
+    shape = (b, h, nchunks, chunk_size)
+    return tuple(t.view(shape) for t in ((dt_out, dA_cumsum, dA_log2) if log2 else (dt_out, dA_cumsum)))
+
+
 def chunk_cumsum(
     dt: torch.Tensor,
     A: torch.Tensor,
@@ -102,17 +134,22 @@ def chunk_cumsum(
         dt_out: (b, h, c, Q) float32 processed dt, 0 on padding tokens.
         dA_cumsum: (b, h, c, Q) float32 cumulative sum of dt_out * A along each chunk.
     """
-    b, seqlen, h = dt.shape
-    nchunks = -(-seqlen // chunk_size)
-    dt_out = torch.empty((b, h, nchunks * chunk_size), device=dt.device, dtype=torch.float32)
-    dA_cumsum = torch.empty_like(dt_out)
-    A32, bias32 = head_params(A, dt_bias)
+    dt_out, dA_cumsum = _chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus, log2=False)
+    return dt_out, dA_cumsum
 
-    def spec(cfg: CumsumConfig) -> tuple[tuple[int, ...], object, tuple]:
-        grid, th = head_grid(b, nchunks, h, cfg.TILE_H)
-        args = (dt, A32, bias32, dt_out, dA_cumsum, seqlen, chunk_size, th, dt_bias is not None, dt_softplus)
-        return grid, chunk_cumsum_kernel, args
 
-    launch("chunk_cumsum", dt_key(dt, chunk_size), CumsumConfig(), lambda: search_space(h), spec, dt.device)
-    shape = (b, h, nchunks, chunk_size)
-    return dt_out.view(shape), dA_cumsum.view(shape)
+def chunk_cumsum_log2(
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    chunk_size: int,
+    dt_bias: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Stage 1 for the backward: `chunk_cumsum`'s arguments and results, and dA_cumsum·log2(e) from the same
+    launch, which bwd_dx takes with bf16 inputs (`kernels.reference_backward.ssd_backward` hands it on).
+
+    Returns:
+        dt_out, dA_cumsum: as `chunk_cumsum`.  dA_log2: (b, h, c, Q) float32, dA_cumsum·log2(e).
+    """
+    dt_out, dA_cumsum, dA_log2 = _chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus, log2=True)
+    return dt_out, dA_cumsum, dA_log2

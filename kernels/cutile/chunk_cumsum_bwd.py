@@ -6,8 +6,9 @@ token,
     da = da_intra + da_inter,   ddt = (ddt_dir + A da) · softplus'(dt + dt_bias)   (the factor only with softplus)
 and writes ddt in dt's dtype and (b, l, h) layout, transposing the rows in registers; tokens past the
 sequence end are not written. Each program also writes its chunk's two partial sums per head, Σ dt_out da
-(for dA) and Σ ddt (for d dt_bias), which the host reduces in one torch.sum. In PyTorch the same work was
-about ten elementwise kernels, two reductions and a transposing copy (results/tuning_log.md).
+(for dA) and Σ ddt (for d dt_bias), one row per head with the (batch, chunk) columns along it, which the host
+reduces in one torch.sum along contiguous rows. In PyTorch the same work was about ten elementwise kernels, two
+reductions and a transposing copy (results/tuning_log.md).
 
 softplus'(u) is sigmoid(u), computed from the raw dt as the forward's softplus saw it (identity above
 SOFTPLUS_THRESHOLD, so there the factor is 1).
@@ -35,7 +36,7 @@ def chunk_cumsum_bwd_kernel(
     A,  # (h,) float32
     dt_bias,  # (h,) float32 (ignored unless HAS_BIAS)
     ddt,  # (b, l, h) in dt's dtype, written
-    partials,  # (2, b, c, h) float32, written: Σ dt_out·da and Σ ddt over the chunk's tokens
+    partials,  # (2, h, b * c) float32, written: Σ dt_out·da and Σ ddt over the chunk's tokens, at (batch, chunk)
     seqlen: int,
     Q: ConstInt,
     TILE_H: ConstInt,
@@ -65,8 +66,9 @@ def chunk_cumsum_bwd_kernel(
     grad = ct.where(token < seqlen, grad, 0.0)
     ct.store(ddt, index=(bi, ci, hj), tile=ct.transpose(grad).astype(ddt.dtype).reshape((1, Q, TILE_H)))
     # padding tokens have dt_out = 0: they add nothing to dA
-    ct.store(partials, index=(0, bi, ci, hj), tile=ct.sum(d * da, axis=1).reshape((1, 1, 1, TILE_H)))
-    ct.store(partials, index=(1, bi, ci, hj), tile=ct.sum(grad, axis=1).reshape((1, 1, 1, TILE_H)))
+    column = bi * ct.num_blocks(1) + ci
+    ct.store(partials, index=(0, hj, column), tile=ct.sum(d * da, axis=1).reshape((1, TILE_H, 1)))
+    ct.store(partials, index=(1, hj, column), tile=ct.sum(grad, axis=1).reshape((1, TILE_H, 1)))
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,7 @@ def chunk_cumsum_bwd(
     seqlen = dt.shape[1]
     rows = (b, h, nchunks * chunk_size)
     ddt = torch.empty(dt.shape, device=dt.device, dtype=dt.dtype)
-    partials = torch.empty((2, b, nchunks, h), device=dt.device, dtype=torch.float32)
+    partials = torch.empty((2, h, b * nchunks), device=dt.device, dtype=torch.float32)
     A32, bias32 = head_params(A, dt_bias)
     arrays = (ddt_dir.reshape(rows), da_intra.reshape(rows), da_inter.reshape(rows), dt_out.reshape(rows))
 
@@ -118,6 +120,6 @@ def chunk_cumsum_bwd(
 
     key = dt_key(dt, chunk_size)
     launch("chunk_cumsum_bwd", key, CumsumBwdConfig(), lambda: search_space(h), spec, dt.device)
-    sums = partials.sum((1, 2))  # (2, h): dA, d dt_bias
+    sums = partials.sum(2)  # (2, h): dA, d dt_bias
     # d dt_bias gets memory of its own: the SSD's backward op may not return outputs that share it
     return ddt, sums[0], None if dt_bias is None else sums[1].clone()

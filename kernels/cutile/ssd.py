@@ -3,14 +3,16 @@
     forward   chunk_cumsum -> fwd_pass_state -> compute_out                  (as kernels.reference.ssd_chunked)
     backward  "reference": autograd through kernels.reference.ssd_chunked   (the design this project measures)
               "cutile":    kernels.reference_backward.ssd_backward composing the cuTile passes:
-                           chunk_cumsum -> fwd_pass_state (recomputed) -> bwd_pass_state -> bwd_dx -> bwd_dbc
-                           -> chunk_cumsum_bwd
+                           chunk_cumsum (also writing dA_cumsum·log2(e) for bwd_dx) -> fwd_pass_state
+                           (recomputed) -> bwd_pass_state -> bwd_dx -> bwd_dbc -> chunk_cumsum_bwd
 
 Only the inputs are saved for the backward; the chunk states are recomputed there. The chunked form's result
 does not depend on the chunk size (up to rounding), so the cuTile backward picks its own: at most
 BACKWARD_CHUNK tokens, whose chunk x chunk tiles fit a program's registers (at 128 they spill). Both directions are
 `torch.library.custom_op`s with fake implementations and an autograd registration, so
-`torch.compile(model, fullgraph=True)` traces through them as single nodes.
+`torch.compile(model, fullgraph=True)` traces through them as single nodes. An output the loss does not use
+reaches the backward as None, not as a tensor of zeros: the final state's, usually, which then costs no fill and
+no read (bwd_pass_state starts from zero in registers).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from kernels.backends import BACKWARDS
 from kernels.cutile.bwd_dbc import bwd_dbc
 from kernels.cutile.bwd_dx import bwd_dx
 from kernels.cutile.bwd_pass_state import bwd_pass_state
-from kernels.cutile.chunk_cumsum import chunk_cumsum
+from kernels.cutile.chunk_cumsum import chunk_cumsum, chunk_cumsum_log2
 from kernels.cutile.chunk_cumsum_bwd import chunk_cumsum_bwd
 from kernels.cutile.compute_out import compute_out
 from kernels.cutile.fwd_pass_state import fwd_pass_state
@@ -70,8 +72,8 @@ def check_inputs(tensors: dict[str, Tensor | None], chunk_size: int, backward: s
         raise ValueError(f"cutile backend: head dim {p} and state dim {n} must be at most {MAX_DIM}")
 
 
-# the backward's passes
-CUTILE = Passes(chunk_cumsum, fwd_pass_state, bwd_pass_state, bwd_dx, bwd_dbc, chunk_cumsum_bwd)
+# the backward's passes: stage 1 also writes dA_cumsum·log2(e), which ssd_backward hands to bwd_dx
+CUTILE = Passes(chunk_cumsum_log2, fwd_pass_state, bwd_pass_state, bwd_dx, bwd_dbc, chunk_cumsum_bwd)
 
 
 @torch.library.custom_op("mamba2_cutile::ssd_fwd", mutates_args=(), device_types="cuda")
@@ -174,6 +176,7 @@ def _setup_context(ctx, inputs, output) -> None:
     x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, backward = inputs
     ctx.chunk_size, ctx.dt_softplus, ctx.backward = chunk_size, dt_softplus, backward
     ctx.save_for_backward(x, dt, A, B, C, D, dt_bias, initial_states)
+    ctx.set_materialize_grads(False)  # an unused output's gradient stays None (_backward and ssd_bwd take None)
 
 
 def _backward(ctx, dy: Tensor | None, dfinal: Tensor | None):

@@ -5,7 +5,8 @@ size its host function allocates; re-reads (a tile loaded by several programs) a
 floor's. With c = ⌈l / Q⌉ chunks (the per-token float32 arrays are allocated padded to c·Q tokens):
 
     stage           reads                                                   writes
-    chunk_cumsum    dt (b, l, h), A and dt_bias (h,)                        dt_out, dA_cumsum (b, h, c·Q)
+    chunk_cumsum    dt (b, l, h), A and dt_bias (h,)                        dt_out, dA_cumsum (b, h, c·Q); the
+                                                                            backward's also dA_cumsum·log2(e)
     fwd_pass_state  x (b, l, h, p), B (b, l, g, n), dt_out, dA_cumsum,      chunk_states (b, c, h, p, n),
                     initial_states (b, h, p, n) if given                    final_state (b, h, p, n)
     compute_out     x, B, C (b, l, g, n), dt_out, dA_cumsum, chunk_states,  y (b, l, h, p)
@@ -13,11 +14,11 @@ floor's. With c = ⌈l / Q⌉ chunks (the per-token float32 arrays are allocated
     bwd_pass_state  dy (b, l, h, p), C, dA_cumsum,                          dstates (b, c, h, p, n),
                     dfinal_state (b, h, p, n) if given                      dinitial_states (b, h, p, n)
     bwd_dx          x, dy, B, C, dt_out, dA_cumsum, dstates, D if given     dx (b, l, h, p), ddt_dir and da_intra
-                                                                            (b, h, c·Q), dD_part (b, c, h)
+                                                                            (b, h, c·Q), dD_part (h, b·c)
     bwd_dbc         x, dy, B, C, dt_out, dA_cumsum, chunk_states, dstates   dB, dC (b, l, g, n),
                                                                             da_inter (blocks, b, h, c·Q)
     chunk_cumsum_bwd  ddt_dir, da_intra, da_inter (summed over its          ddt (b, l, h) in dt's dtype,
-                    blocks), dt_out, A; with softplus dt (b, l, h) and      partial sums (2, b, c, h)
+                    blocks), dt_out, A; with softplus dt (b, l, h) and      partial sums (2, h, b·c)
                     dt_bias (h,) if given
 
 x, dy, y, dx, B, C, dB, dC are in the input dtype, dt in `dt_dtype` (float32 as scripts/bench_kernels.py passes it),
@@ -29,7 +30,8 @@ Against a four-pass backward design's floor at the same Q (A: one kernel recompu
 from dt; B: the reverse state pass; C: per (chunk, head); D: per (chunk, group), looping over the group's heads),
 with a "row" one float32 value per (batch, head, token), b·h·c·Q of them:
 - A is chunk_cumsum + fwd_pass_state here: two rows more (fwd_pass_state reads dt_out and dA_cumsum back instead of
-  recomputing them) and the final state, which fwd_pass_state always writes.
+  recomputing them) and the final state, which fwd_pass_state always writes; chunk_cumsum also writes
+  dA_cumsum·log2(e), one row more, which bwd_dx reads in place of dA_cumsum with bf16 inputs.
 - B is bwd_pass_state, which also writes d initial_states and, given a final-state gradient, reads it.
 - C is bwd_dx, which writes da_intra beside ddt_dir (C folds A·da into one ddt array): one row more.
 - D is bwd_dbc, which does not read C's ddt array back (one row fewer) and writes da_inter where D writes d dt_raw;
@@ -115,7 +117,8 @@ def stage_traffic(stage: str, shape: SSDShape, constants: Mapping[str, int | boo
 
     constants: the kernel's specialization (as `profiled` reads it): Q, the chunk size (default shape.chunk_size);
     HAS_BIAS, HAS_D, HAS_INIT, HAS_DFINAL, whether dt_bias, D, initial_states, dfinal_state are read (default: dt_bias
-    and D given, no initial state, no final-state gradient, as scripts/bench_kernels.py calls the SSD); SOFTPLUS,
+    and D given, no initial state, no final-state gradient, as scripts/bench_kernels.py calls the SSD); LOG2, whether
+    chunk_cumsum writes dA_cumsum·log2(e) too (default: no, as the forward's launch); SOFTPLUS,
     whether chunk_cumsum_bwd reads dt back (default: yes, as the model and scripts/bench_kernels.py call it); TILE_N,
     bwd_dbc's state columns per program (default: all of them, one block).
     """
@@ -134,7 +137,7 @@ def stage_traffic(stage: str, shape: SSDShape, constants: Mapping[str, int | boo
     vector = F32 * h  # A, D, dt_bias
     dt = itemsize(shape.dt_dtype) * b * l * h  # dt, ddt
     if stage == "chunk_cumsum":
-        return Traffic(dt + vector + vector * k.get("HAS_BIAS", True), 2 * rows)
+        return Traffic(dt + vector + vector * k.get("HAS_BIAS", True), (2 + k.get("LOG2", False)) * rows)
     if stage == "fwd_pass_state":
         return Traffic(heads + groups + 2 * rows + state * k.get("HAS_INIT", False), states + state)
     if stage == "compute_out":
