@@ -22,7 +22,9 @@ def _on_device(x: Tensor):
     return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
 
 
-@torch.library.custom_op("mamba2_triton::ssd_fwd", mutates_args=())
+# needs_fixed_stride_order: mamba_ssm takes strided views (it copies what its kernels cannot read), so Inductor
+# must not copy inputs such as dt, a view of in_proj's output, to match eager strides exactly.
+@torch.library.custom_op("mamba2_triton::ssd_fwd", mutates_args=(), tags=(torch.Tag.needs_fixed_stride_order,))
 def ssd_triton(
     x: Tensor,
     dt: Tensor,
@@ -51,7 +53,7 @@ def _(x, dt, A, B, C, chunk_size, D=None, dt_bias=None, dt_softplus=False, initi
     )
 
 
-@torch.library.custom_op("mamba2_triton::ssd_bwd", mutates_args=())
+@torch.library.custom_op("mamba2_triton::ssd_bwd", mutates_args=(), tags=(torch.Tag.needs_fixed_stride_order,))
 def ssd_bwd(
     dy: Tensor,
     dfinal_state: Tensor | None,

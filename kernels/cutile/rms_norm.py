@@ -233,7 +233,11 @@ def norm_bwd(
     return dx.view(x.shape), None if z is None else dz.view(z.shape), dweight
 
 
-@torch.library.custom_op("mamba2_cutile::norm_fwd", mutates_args=(), device_types="cuda")
+# needs_fixed_stride_order: the kernels read rows of any (b, l, d) view with last stride 1 (the gate z is a view of
+# in_proj's output, padded by Inductor), so Inductor must not copy them to match eager strides exactly.
+@torch.library.custom_op(
+    "mamba2_cutile::norm_fwd", mutates_args=(), device_types="cuda", tags=(torch.Tag.needs_fixed_stride_order,)
+)
 def _norm_fwd_op(
     x: torch.Tensor, weight: torch.Tensor, eps: float, z: torch.Tensor | None, group_size: int, out_dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -246,7 +250,9 @@ def _(x, weight, eps, z, group_size, out_dtype):
     return x.new_empty(x.shape, dtype=out_dtype), x.new_empty((rows, x.shape[-1] // group_size), dtype=torch.float32)
 
 
-@torch.library.custom_op("mamba2_cutile::norm_bwd", mutates_args=(), device_types="cuda")
+@torch.library.custom_op(
+    "mamba2_cutile::norm_bwd", mutates_args=(), device_types="cuda", tags=(torch.Tag.needs_fixed_stride_order,)
+)
 def _norm_bwd_op(
     dout: torch.Tensor,
     x: torch.Tensor,

@@ -76,7 +76,11 @@ def check_inputs(tensors: dict[str, Tensor | None], chunk_size: int, backward: s
 CUTILE = Passes(chunk_cumsum_log2, fwd_pass_state, bwd_pass_state, bwd_dx, bwd_dbc, chunk_cumsum_bwd)
 
 
-@torch.library.custom_op("mamba2_cutile::ssd_fwd", mutates_args=(), device_types="cuda")
+# needs_fixed_stride_order: the kernels take any view with last stride 1 (dt is a view of in_proj's output), so
+# Inductor must not copy inputs to match eager strides exactly.
+@torch.library.custom_op(
+    "mamba2_cutile::ssd_fwd", mutates_args=(), device_types="cuda", tags=(torch.Tag.needs_fixed_stride_order,)
+)
 def ssd_fwd(
     x: Tensor,
     dt: Tensor,
@@ -129,7 +133,7 @@ def _reference_grads(dy, dfinal, x, dt, A, B, C, chunk_size, D, dt_bias, dt_soft
     return [None if t is None else next(grads) for t in leaves]
 
 
-@torch.library.custom_op("mamba2_cutile::ssd_bwd", mutates_args=())
+@torch.library.custom_op("mamba2_cutile::ssd_bwd", mutates_args=(), tags=(torch.Tag.needs_fixed_stride_order,))
 def ssd_bwd(
     dy: Tensor,
     dfinal: Tensor | None,
