@@ -21,6 +21,7 @@ from torchmetrics import MeanMetric
 import kernels
 import lightning_modules.strategies  # noqa: F401  (registers the "ddp" and "fsdp" strategies)
 from kernels.timing import Mark
+from lightning_modules.measure.environment import code_fingerprint
 from lightning_modules.model.mamba2 import Mamba2Config, Mamba2LM, layer_backend, next_token_loss
 
 COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile's
@@ -70,6 +71,7 @@ class LanguageModel(L.LightningModule):
     def configure_model(self) -> None:
         """Compile the model (once) when model.compile says so; Lightning calls this before fit/validate."""
         if self.hparams.compile and not self._compiled:
+            key_compile_caches()
             self.model.compile(fullgraph=True, mode=self.hparams.compile_mode)
             self._compiled = True
 
@@ -198,6 +200,15 @@ class LanguageModel(L.LightningModule):
         from torch.distributed.fsdp import FullyShardedDataParallel
 
         return wrapped if isinstance(wrapped, FullyShardedDataParallel) else None
+
+
+def key_compile_caches() -> None:
+    """Key torch.compile's disk caches (Inductor's FX graphs, AOTAutograd's) by this project's code, unless
+    TORCH_COMPILE_CACHE_KEY_TAG (torch.compiler.config.cache_key_tag) already sets a key. Their own keys miss what
+    a custom op declares beside its graph node: its tags (needs_fixed_stride_order decides whether Inductor copies
+    an input), so after such an edit a process would replay graphs compiled for the code before it."""
+    if not torch.compiler.config.cache_key_tag:
+        torch.compiler.config.cache_key_tag = f"mamba2-cutile-{code_fingerprint()}"
 
 
 def release_compiled_graphs() -> None:

@@ -23,7 +23,7 @@ peak alone in a process; not under CUDA graphs), MFU with the FLOP count it uses
 so measuring does not synchronize the steps it measures; the same loop without any marks, run before and
 after it, gives the timer's own cost (timer_cost: the marked loop over the mean of the two, so that a first
 loop's or a drifting GPU's cost does not land on the timer; timer_loops_ms holds the three). --profile adds
-each variant's largest GPU kernels.
+each variant's GPU kernels: the 20 largest, and every kernel's time and launches per step.
 
     python scripts/bench_step.py --quick --modes compile --backends standin,triton --out results/step.json
     python scripts/bench_step.py --configs tiny --seqlens 64 --tokens_per_step 128 --backends torch,standin --steps 2
@@ -187,6 +187,8 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
             prof = gpu_kernel_ms(lambda s=steps[label]: s(batches[0], timed=False), 2)
             top = dict(list(prof["by_kernel"].items())[:20])
             rec["profile"] = {"gpu_ms": prof["ms"], "kernels": prof["kernels"], "top_kernels_ms": top}
+            # every kernel, for where the rest of a step goes: ms and launches per step
+            rec["profile"] |= {"kernels_ms": prof["by_kernel"], "launches": prof["launches"]}
         records.append(rec)
 
     def layers(rec: dict) -> tuple[str, ...]:

@@ -10,7 +10,8 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from torch.utils.data import DataLoader
 
-from lightning_modules.language_model import LanguageModel
+from lightning_modules.language_model import LanguageModel, key_compile_caches
+from lightning_modules.measure.environment import code_fingerprint
 from lightning_modules.model.mamba2 import Mamba2Config
 
 CONFIG = dict(vocab_size=61, d_model=32, n_layer=2, d_state=8, headdim=16, chunk_size=8, ssd_backend="torch")
@@ -90,3 +91,12 @@ def test_configure_model_compiles_once():
     module.configure_model()
     assert module.model._compiled_call_impl is compiled
     assert LanguageModel(config=Mamba2Config(**CONFIG)).model._compiled_call_impl is None
+
+
+def test_compile_caches_keyed_by_the_code(monkeypatch):
+    monkeypatch.setattr(torch.compiler.config, "cache_key_tag", "")
+    LanguageModel(config=Mamba2Config(**CONFIG), compile=True).configure_model()
+    assert torch.compiler.config.cache_key_tag == f"mamba2-cutile-{code_fingerprint()}"
+    monkeypatch.setattr(torch.compiler.config, "cache_key_tag", "mine")  # a key the user set stays
+    key_compile_caches()
+    assert torch.compiler.config.cache_key_tag == "mine"
