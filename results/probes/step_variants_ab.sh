@@ -5,14 +5,15 @@
 #
 #   results/probes/step_variants_ab.sh OUTDIR ROUND...      # e.g. OUTDIR 1 2 3, or one round per call
 #   VARIANTS="production conv_function" results/probes/step_variants_ab.sh OUTDIR 1   # only the variants named
-#   VARIANTS="production fixed_stride_order" BACKENDS=standin+conv+norm,triton+conv+norm,cutile_bwd+conv+norm \
-#       TUNE=--autotune results/probes/step_variants_ab.sh OUTDIR 1   # the SSD's and norm's ops without input copies
-#   (conv_bwd_sums: the conv backward's partial sums in fewer launches; stride_and_sums: both patches)
+#   VARIANTS="production conv_function" BACKENDS=standin+conv+norm,cutile_bwd+conv+norm TUNE=--autotune \
+#       results/probes/step_variants_ab.sh OUTDIR 1   # other rows of the step too
 #
 # OUTDIR gets standin_<variant>_run<ROUND>.json and .log per process (about 80 s each on one H200 with the stand-in
 # alone). BACKENDS (default standin) are bench_step's variants each process runs, TUNE (default --no-autotune)
 # whether they tune (a variant that launches a cuTile kernel at new shapes needs --autotune). The default variants
-# are production, realize_reads, reads_padding and reads_function.
+# are production, realize_reads, reads_padding and reads_function. Each variant compiles its own graphs: the
+# model keys torch.compile's disk caches by the code (LanguageModel.configure_model), since Inductor's own key misses
+# a custom op's tags.
 set -u
 out=${1:?usage: results/probes/step_variants_ab.sh OUTDIR ROUND...}
 shift
@@ -24,9 +25,6 @@ declare -A patches=(
     [realize_reads]="$reads"
     [reads_padding]="$reads results/variants/conv_recompute_padding.patch"
     [reads_function]="$reads results/variants/conv_function.patch"
-    [fixed_stride_order]="results/variants/fixed_stride_order.patch"
-    [conv_bwd_sums]="results/variants/conv_bwd_sums.patch"
-    [stride_and_sums]="results/variants/fixed_stride_order.patch results/variants/conv_bwd_sums.patch"
 )
 for variant in ${VARIANTS:-}; do
     [[ -v patches[$variant] ]] || { echo "step_variants_ab: unknown variant $variant; choose from ${!patches[*]}" >&2 && exit 2; }
@@ -38,6 +36,6 @@ for round in "$@"; do
         python scripts/bench_step.py --configs medium --modes compile --compile_mode reduce-overhead --backends "${BACKENDS:-standin}" \
             --quick "${TUNE:---no-autotune}" --out "$out/standin_${variant}_run$round.json" >"$out/standin_${variant}_run$round.log" 2>&1
         echo "round $round $variant: exit $? $(grep -oE '[a-z_+]+ +step +[0-9.]+ ms' "$out/standin_${variant}_run$round.log" | tr -s ' \n' ' ')"
-        for p in ${patches[$variant]}; do patch -p1 -R -s --no-backup-if-mismatch <"$p" || exit 1; done
+        for p in $(printf '%s\n' ${patches[$variant]} | tac); do patch -p1 -R -s --no-backup-if-mismatch <"$p" || exit 1; done
     done
 done
