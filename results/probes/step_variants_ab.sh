@@ -7,6 +7,8 @@
 #   VARIANTS="production conv_function" results/probes/step_variants_ab.sh OUTDIR 1   # only the variants named
 #   VARIANTS="production conv_function" BACKENDS=standin+conv+norm,cutile_bwd+conv+norm TUNE=--autotune \
 #       results/probes/step_variants_ab.sh OUTDIR 1   # other rows of the step too
+#   VARIANTS="production passthrough" BACKENDS=standin+conv+norm TUNE=--autotune results/probes/step_variants_ab.sh \
+#       OUTDIR 1   # the stand-in y = x·D against y = x: the stand-in's own D work in the rest-of-step row
 #
 # OUTDIR gets standin_<variant>_run<ROUND>.json and .log per process (about 80 s each on one H200 with the stand-in
 # alone). BACKENDS (default standin) are bench_step's variants each process runs, TUNE (default --no-autotune)
@@ -25,6 +27,7 @@ declare -A patches=(
     [realize_reads]="$reads"
     [reads_padding]="$reads results/variants/conv_recompute_padding.patch"
     [reads_function]="$reads results/variants/conv_function.patch"
+    [passthrough]="results/variants/standin_passthrough.patch"
 )
 for variant in ${VARIANTS:-}; do
     [[ -v patches[$variant] ]] || { echo "step_variants_ab: unknown variant $variant; choose from ${!patches[*]}" >&2 && exit 2; }
