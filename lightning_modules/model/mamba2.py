@@ -211,9 +211,13 @@ class Mamba2Block(nn.Module):
         self.norm = RMSNorm(d_inner, cfg.norm_eps, d_inner // cfg.ngroups, norm_implementation(cfg.norm_backend))
         self.out_proj = nn.Linear(d_inner, cfg.d_model, bias=False)
 
+    @property
+    def _in_proj_sizes(self) -> list[int]:
+        """in_proj's output as z, the conv's input xBC, and dt."""
+        return [self.cfg.d_inner, self.conv_dim, self.cfg.nheads]
+
     def _split(self, zxbcdt: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        d_inner = self.cfg.d_inner
-        return zxbcdt.split([d_inner, self.conv_dim, self.cfg.nheads], dim=-1)
+        return zxbcdt.split(self._in_proj_sizes, dim=-1)
 
     @property
     def _xbc_sizes(self) -> list[int]:
@@ -228,7 +232,7 @@ class Mamba2Block(nn.Module):
         """u: (b, l, d_model) -> (b, l, d_model)."""
         cfg = self.cfg
         b, l, _ = u.shape
-        z, xbc, dt = split_linear(u, self.in_proj.weight, [cfg.d_inner, self.conv_dim, cfg.nheads])
+        z, xbc, dt = split_linear(u, self.in_proj.weight, self._in_proj_sizes)
         x, B, C = self.conv(xbc, self.conv1d.weight[:, 0], self.conv1d.bias, self._xbc_sizes)
         y = self.ssd(
             x.reshape(b, l, cfg.nheads, cfg.headdim),
