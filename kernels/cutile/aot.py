@@ -85,20 +85,26 @@ def _hinted(label: str, kernel: object, occupancy: int, worker_warps: int = 0) -
     return f"{label[:-1]},occupancy={occupancy}]", with_hints(kernel, occupancy, worker_warps)
 
 
+def _cumsum_signature(dtype, chunk: int, softplus: bool, log2: bool = False) -> ctc.KernelSignature:
+    """chunk_cumsum_kernel's signature: dt in `dtype`, A and dt_bias, the three (b, h, c·Q) float32 rows, seqlen,
+    the chunk, 8 heads a program, dt_bias given, softplus and log2 as named."""
+    f32 = ct.float32
+    return _signature(
+        [_array(dtype, 3), _array(f32, 1), _array(f32, 1)]
+        + [_array(f32, 3)] * 3
+        + [ctc.ScalarConstraint(ct.int32), chunk, 8, True, softplus, log2]
+    )
+
+
 def signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
     """(label, kernel, signature) for the forward's specializations, each kernel with its default's hints."""
     f32 = ct.float32
-    i32 = ctc.ScalarConstraint(ct.int32)
     for name, dtype in DTYPES.items():
         for softplus in (False, True):
             yield (
                 f"chunk_cumsum[{name},softplus={softplus}]",
                 chunk_cumsum_kernel,
-                _signature(
-                    [_array(dtype, 3), _array(f32, 1), _array(f32, 1)]
-                    + [_array(f32, 3)] * 3
-                    + [i32, 128, 8, True, softplus, False]
-                ),
+                _cumsum_signature(dtype, 128, softplus),
             )
     for name, dtype in DTYPES.items():
         for chunk, tile_p, tile_n, has_init in ((64, 64, 64, True), (128, 32, 64, False), (256, 16, 128, True)):
@@ -139,15 +145,8 @@ def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
     # float16 takes the bfloat16 code path but TF32 products with fp32-formed operands (BF16_MMA off);
     # float32 inputs take TF32 products.
     for name, dtype in DTYPES.items():  # stage 1 again, with dA_cumsum·log2(e) for bwd_dx
-        yield (
-            f"chunk_cumsum[{name},Q={chunk},softplus=True,log2=True]",
-            chunk_cumsum_kernel,
-            _signature(
-                [_array(dtype, 3), _array(f32, 1), _array(f32, 1)]
-                + [_array(f32, 3)] * 3
-                + [i32, chunk, 8, True, True, True]
-            ),
-        )
+        label = f"chunk_cumsum[{name},Q={chunk},softplus=True,log2=True]"
+        yield label, chunk_cumsum_kernel, _cumsum_signature(dtype, chunk, True, log2=True)
     cases = [("bfloat16", 64, 128, True), ("bfloat16", 128, 64, False), ("float32", 64, 64, False)]
     for name, tile_p, tile_n, flag in cases:
         dtype, tf32 = DTYPES[name], name == "float32"
