@@ -42,7 +42,7 @@ import yaml
 import kernels
 from lightning_modules.language_model import LanguageModel, release_compiled_graphs
 from lightning_modules.measure.environment import available_backends, environment, peak_tflops
-from lightning_modules.measure.results import write_json
+from lightning_modules.measure.results import STEP_LAYERS, write_json
 from lightning_modules.measure.step import TimedStep, alternate, median_split, token_batches, warm_up
 from lightning_modules.measure.timing import gpu_kernel_ms, summarize
 from lightning_modules.model.flops import ssd_flops_per_token, train_flops_per_token
@@ -58,15 +58,12 @@ VARIANTS = {  # label: (model.config.ssd_backend, model.config.ssd_backward)
 }
 
 
-LAYERS = {"conv": "conv_backend", "norm": "norm_backend"}  # label suffix: the model.config key it sets to cutile
-
-
 def split_label(label: str) -> tuple[str, dict[str, str]]:
     """A variant label -> (its VARIANTS entry, its model.config layer backends); ValueError if unknown."""
     base, *extras = label.split("+")
-    if base not in VARIANTS or any(e not in LAYERS for e in extras) or len(set(extras)) < len(extras):
+    if base not in VARIANTS or any(e not in STEP_LAYERS for e in extras) or len(set(extras)) < len(extras):
         raise ValueError(label)
-    return base, {key: "cutile" if suffix in extras else "torch" for suffix, key in LAYERS.items()}
+    return base, {key: "cutile" if suffix in extras else "torch" for suffix, key in STEP_LAYERS.items()}
 
 
 def ssd_standin(x: torch.Tensor, dt: torch.Tensor, A, B, C, chunk_size, D: torch.Tensor, **_) -> torch.Tensor:
@@ -192,7 +189,7 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
         records.append(rec)
 
     def layers(rec: dict) -> tuple[str, ...]:
-        return tuple(rec["config"][key] for key in LAYERS.values())
+        return tuple(rec["config"][key] for key in STEP_LAYERS.values())
 
     rests = {layers(r): r["median"]["step_ms"] for r in records if r["backend"] == "standin"}
     for rec in records:

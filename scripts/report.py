@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lightning_modules.measure.kernel_names import cutile_kernel, short_name
+from lightning_modules.measure.results import STEP_LAYERS
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADLINE_START, HEADLINE_END = "<!-- headline:start -->", "<!-- headline:end -->"
@@ -49,7 +50,6 @@ SHAPE_IN_CONFIG = {"dstate": "d_state", "headdim": "headdim", "chunk_size": "chu
 HEADLINE_RUNS = 3  # a headline figure is the median of at least this many separate processes
 STANDIN = "standin"  # bench_step's row with the SSD replaced by y = x·D: the rest of the step, not a backend
 BACKEND_KEYS = ("ssd_backend", "ssd_backward")  # model config fields a record's backend label already gives
-LAYER_KEYS = {"conv_backend": "conv", "norm_backend": "norm"}  # model config fields a step row's mode gives
 GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile modes that replay CUDA graphs: no launch overhead
 PEAK = "peak_bf16_tflops"  # the dense bf16 peak MFU is taken over, where the step JSON records it
 STEP_COLUMNS = {  # record["median"] field -> column
@@ -456,7 +456,7 @@ def step_mode(rec: dict) -> str:
     layers around the SSD that ran as cuTile kernels where any did (", cuTile conv + norm")."""
     mode = " ".join([rec["mode"], *([rec["compile_mode"]] if rec.get("compile_mode") else [])])
     cfg = rec.get("config", {})
-    layers = [name for key, name in LAYER_KEYS.items() if cfg.get(key, "torch") != "torch"]
+    layers = [name for name, key in STEP_LAYERS.items() if cfg.get(key, "torch") != "torch"]
     return mode + (f", cuTile {' + '.join(layers)}" if layers else "")
 
 
@@ -477,7 +477,7 @@ def step_figures(rec: dict, base: dict | None, run: dict) -> dict[str, float | N
 def model_config(rec: dict) -> dict:
     """A record's model config but the SSD backend and backward, which its row's backend column names, and the
     layers' backends, which its mode names."""
-    return {k: v for k, v in rec["config"].items() if k not in (*BACKEND_KEYS, *LAYER_KEYS)}
+    return {k: v for k, v in rec["config"].items() if k not in (*BACKEND_KEYS, *STEP_LAYERS.values())}
 
 
 def model_text(size: str, figures: dict[str, Stat | None]) -> str:

@@ -6,6 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+# A training-step row's cuTile layers: its label's suffix (bench_step's variants, "triton+conv+norm") -> the
+# model.config field that the suffix sets to "cutile" (the report reads the row's layers back from those fields).
+STEP_LAYERS = {"conv": "conv_backend", "norm": "norm_backend"}
+
 
 def write_json(path: str | Path, payload: dict[str, Any]) -> Path:
     """Write `payload` as indented JSON to `path` (parents created); values JSON lacks become strings."""
