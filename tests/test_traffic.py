@@ -91,3 +91,14 @@ def test_profiled_leaves_other_kernels_and_other_versions_alone():
     assert found is not None and found.stage == stage and found.constants is None
     other = ctc.mangle_kernel_name("matmul_kernel", signature)  # a cuTile kernel of no SSD stage
     assert profiled(other) is None
+
+
+def test_profiled_reads_a_name_recorded_before_a_kernel_changed():
+    # chunk_cumsum_kernel as results/kernels_h200_headline.json recorded it, before dA_log2 and LOG2 were added
+    recorded = (
+        "chunk_cumsum_kernel_Kt1_A3f32_2i16_3v4l0_4t1_p16_A1f32_1t1_p16_A1f32_1t1_p16_A3f32_3v4l0_4i16t1_p16"
+        "_A3f32_3v4l0_4i16t1_p16_Si32_I64_I8_B1_B1"
+    )
+    found = profiled(recorded)
+    assert found.stage == "chunk_cumsum"
+    assert found.constants == {"Q": 64, "TILE_H": 8, "HAS_BIAS": True, "SOFTPLUS": True}

@@ -174,6 +174,13 @@ def kernel_parameters(stage: str) -> tuple[str, ...]:
     return tuple(a.arg for a in kernel.args.args)
 
 
+# Parameter lists a stage's kernel had before its present one, so that names recorded in results/ before a change
+# still parse: chunk_cumsum_kernel without dA_log2 and LOG2 (before c657576).
+FORMER_PARAMETERS = {
+    "chunk_cumsum": (("dt", "A", "dt_bias", "dt_out", "dA_cumsum", "seqlen", "Q", "TILE_H", "HAS_BIAS", "SOFTPLUS"),),
+}
+
+
 def profiled(name: str) -> Profiled | None:
     """The stage and constants of a cuTile SSD kernel from its name as a profiler lists it (cuTile's mangled
     symbol: the kernel's name, then one code per parameter); None for any other kernel."""
@@ -186,8 +193,9 @@ def profiled(name: str) -> Profiled | None:
     stage = function.removesuffix("_kernel")
     if stage not in STAGES or function == stage:
         return None
-    names = kernel_parameters(stage)
-    if len(names) != len(signature.parameters):
+    lists = (kernel_parameters(stage), *FORMER_PARAMETERS.get(stage, ()))
+    names = next((n for n in lists if len(n) == len(signature.parameters)), None)
+    if names is None:
         return Profiled(stage, None)
     return Profiled(
         stage, {n: c.value for n, c in zip(names, signature.parameters) if isinstance(c, ConstantConstraint)}
