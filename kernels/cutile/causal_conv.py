@@ -301,11 +301,11 @@ def _param_grads(
 
 
 def conv_bwd(
-    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor | None = None
+    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Gradients of `conv_fwd`: dx (b, l, c) in x's dtype, dweight (c, k) and dbias (c,) (None without a bias)
     in their parameters' dtypes."""
-    dx = torch.empty(x.shape, device=x.device, dtype=x.dtype) if out is None else out  # out: may be a column slice
+    dx = torch.empty(x.shape, device=x.device, dtype=x.dtype)
     dparams = _dparams(x.shape[-1], bias, x.device)
     _conv_bwd_sums(dy, x, weight, bias, dx, dparams)
     return dx, *_param_grads(dparams, weight, bias)
