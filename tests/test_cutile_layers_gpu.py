@@ -93,6 +93,15 @@ def test_conv_every_configuration(fwd, bwd):
     assert fwd_launched == [fwd] * n and bwd_launched == [bwd] * n and dx_launched == [fwd] * n
 
 
+@pytest.mark.parametrize("bwd", conv_bwd_space())
+def test_conv_one_launch_every_configuration(bwd):
+    """Parts of whole column tiles (512 channels: 256, 128, 128) take one gv launch for all three, at each of its
+    configurations."""
+    with tuning.forced("conv_bwd", bwd) as bwd_launched:
+        conv_check(*conv_inputs(2, 133, 512, 4, torch.bfloat16, seed=4), TOL[torch.bfloat16])
+    assert bwd_launched == [bwd]
+
+
 def test_conv_long_sequence_stays_finite_and_accurate():
     x, weight, bias, dy = conv_inputs(1, 131072, 256, 4, torch.bfloat16, seed=2)
     conv_check(x, weight, bias, dy, TOL[torch.bfloat16])

@@ -21,7 +21,11 @@ LAUNCHED_BEFORE_BIAS_ROW = (
     "conv_bwd_gv_kernel_Kt1_A3bf16_3v8l0_4t1_6i16_p16_A2f32_1i16v4l0_2t1_p16_A1f32_1i16t1_p16_A3bf16_3v8l0_4t1_6i16_p16"
     "_A3bf16_3v8l0_4t1_6i16_p16_A4f32_6i16_7v4l0_8t1_p16_A3f32_3v4l0_4t1_6i16_p16_Si32_I4_I16_I256_B1"
 )
-LAUNCHED = LAUNCHED_BEFORE_BIAS_ROW.replace("_A3f32_3v4l0_4t1_6i16_p16_Si32", "_Si32")
+LAUNCHED_ONE_DY = LAUNCHED_BEFORE_BIAS_ROW.replace("_A3f32_3v4l0_4t1_6i16_p16_Si32", "_Si32")
+# LAUNCHED: the same launch with the kernel's parameters since it takes up to three channel parts' dy (dy1 and dy2
+# as dy0, here dy's encoding) and their column-block bounds end0, end1 (two more int32 scalars after `steps`)
+_DY = "_A3bf16_3v8l0_4t1_6i16_p16"
+LAUNCHED = LAUNCHED_ONE_DY.replace(_DY * 2, _DY * 4).replace("_Si32", "_Si32_Si32_Si32")
 
 
 def test_a_launched_name_gives_its_kernel_and_signature():
@@ -42,8 +46,10 @@ def test_a_launched_name_from_a_changed_copy(tmp_path):
 
 
 def test_a_name_from_other_code_is_one_clear_error():
-    with pytest.raises(SystemExit, match=r"encodes 12 parameters, conv_bwd_gv_kernel in .* takes 11: a name launched"):
+    with pytest.raises(SystemExit, match=r"encodes 12 parameters, conv_bwd_gv_kernel in .* takes 15: a name launched"):
         kernel_resources.launched(LAUNCHED_BEFORE_BIAS_ROW, None)
+    with pytest.raises(SystemExit, match=r"encodes 11 parameters, conv_bwd_gv_kernel in .* takes 15: a name launched"):
+        kernel_resources.launched(LAUNCHED_ONE_DY, None)
 
 
 def test_an_unknown_kernel_is_one_clear_error():

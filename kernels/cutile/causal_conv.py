@@ -11,12 +11,14 @@ x (b, l, c), weight w (c, k), bias (c,), and v the pre-activation:
 A program owns TILE_T tokens x TILE_C channels of one sequence. The shifted rows are gathers (rows before the
 sequence start or past its end read as zero), served from L1/L2 after the first: each element of x is read
 from HBM about once. The backward takes two kernels: the first recomputes v (the forward writes only y) once,
-writes gv in dy's dtype and per-program partial sums of dw and dbias, rows of one array that one host sum adds up
-(each of the op's channel parts into its columns of one result, so the parts' gradients need no cat); the second
-forms dx from k shifted rows of gv. A gv program walks `steps` token tiles (its segment), summing gv x each shifted
-row and gv elementwise in registers, and reduces over tokens once at the end; its builds take an occupancy hint
-(without one they use 255 registers a thread, one program an SM), as the forward's do. Arithmetic in fp32; y and dx
-in x's dtype. The backward takes k up to 4 (Mamba-2's d_conv is 4).
+writes gv in dy's dtype and per-program partial sums of dw and dbias, rows of one array that one host sum adds up;
+the second forms dx from k shifted rows of gv. The op's channel parts (Mamba-2's x, B and C) bring up to three
+gradient arrays: where each is a whole number of column tiles, one gv launch takes them all (a program reads the dy
+of its column block's part), then one dx launch and one sum over all channels; otherwise each part's kernels and sum
+store into its columns of one result. Either way the parts' gradients need no cat. A gv program walks `steps` token
+tiles (its segment), summing gv x each shifted row and gv elementwise in registers, and reduces over tokens once at
+the end; its builds take an occupancy hint (without one they use 255 registers a thread, one program an SM), as the
+forward's do. Arithmetic in fp32; y and dx in x's dtype. The backward takes k up to 4 (Mamba-2's d_conv is 4).
 """
 
 from __future__ import annotations
@@ -74,40 +76,35 @@ def conv_fwd_kernel(
     ct.store(y, index=(bi, ti, cj), tile=out.astype(y.dtype).reshape((1, TILE_T, TILE_C)))
 
 
-@ct.kernel
-def conv_bwd_gv_kernel(
-    x,  # (b, l, c), last stride 1
-    weight,  # (c, K) float32
-    bias,  # (c,) float32 (ignored unless HAS_BIAS)
-    dy,  # (b, l, c) last stride 1
-    gv,  # (b, l, c) dy's dtype: the pre-activation's gradient
-    dparams_part,  # (b, segments, 4 + HAS_BIAS, c) float32: each program's share of dw, tap-major (taps past K:
-    # unused), then of dbias: one host sum gives both
-    steps,  # token tiles per program (a runtime count): a segment is steps * TILE_T tokens
-    K: ConstInt,  # at most 4: the taps are four named tiles (past K their weight reads as zero)
+def _gv_segment(
+    x,
+    dy,
+    gv,
+    dparams_part,
+    ws,
+    bi,
+    si,
+    cj,
+    ch,
+    local,
+    steps,
+    n,
+    K: ConstInt,
     TILE_T: ConstInt,
     TILE_C: ConstInt,
     HAS_BIAS: ConstBool,
 ):
-    bi = ct.bid(0)
-    si = ct.bid(1)
-    cj = ct.bid(2)
-    seqlen = x.shape[1]
-    ch = cj * TILE_C + ct.arange(TILE_C, dtype=ct.int32).reshape((1, TILE_C))
-    # the taps' weight rows (1, TILE_C), zero past K, and the bias, loaded once for the whole segment
-    w0 = ct.gather(weight, (ch, 0)).astype(ct.float32)
-    w1 = ct.gather(weight, (ch, 1)).astype(ct.float32)
-    w2 = ct.gather(weight, (ch, 2)).astype(ct.float32)
-    w3 = ct.gather(weight, (ch, 3)).astype(ct.float32)
-    b0 = ct.gather(bias, ch).astype(ct.float32) if HAS_BIAS else ct.zeros((1, TILE_C), dtype=ct.float32)
+    """The gv kernel's work on segment si, column block cj (channels ch; dy read at its part's columns `local`): n
+    token tiles' gv stored, and the segment's partial sums of dw's taps and dbias. ws: the taps' weight rows and the
+    bias row (1, TILE_C)."""
+    w0, w1, w2, w3, b0 = ws
     acc0 = ct.zeros((TILE_T, TILE_C), dtype=ct.float32)  # Σ over the segment of gv[t] x[t - (K - 1) + j], j = 0..3
     acc1 = ct.zeros((TILE_T, TILE_C), dtype=ct.float32)
     acc2 = ct.zeros((TILE_T, TILE_C), dtype=ct.float32)
     acc3 = ct.zeros((TILE_T, TILE_C), dtype=ct.float32)
     acc_b = ct.zeros((TILE_T, TILE_C), dtype=ct.float32)
-    first = si * steps
-    for s in range(min(steps, ct.cdiv(seqlen, TILE_T) - first)):
-        ti = first + s
+    for s in range(n):
+        ti = si * steps + s
         t = ti * TILE_T + ct.arange(TILE_T, dtype=ct.int32).reshape((TILE_T, 1))
         x0 = _shifted(x, bi, t, ch, K, 0)
         x1 = _shifted(x, bi, t, ch, K, 1)
@@ -115,7 +112,7 @@ def conv_bwd_gv_kernel(
         x3 = _shifted(x, bi, t, ch, K, 3)
         v = b0 + w0 * x0 + w1 * x1 + w2 * x2 + w3 * x3
         sg = 1.0 / (1.0 + ct.exp(-v))
-        g = ct.gather(dy, (bi, t, ch)).astype(ct.float32) * sg * (1.0 + v * (1.0 - sg))  # zero past the end
+        g = ct.gather(dy, (bi, t, local)).astype(ct.float32) * sg * (1.0 + v * (1.0 - sg))  # zero past the end
         ct.store(gv, index=(bi, ti, cj), tile=g.astype(gv.dtype).reshape((1, TILE_T, TILE_C)))
         acc0 = acc0 + g * x0
         acc1 = acc1 + g * x1
@@ -129,6 +126,51 @@ def conv_bwd_gv_kernel(
     ct.store(dparams_part, index=(bi, si, 3, cj), tile=ct.sum(acc3, axis=0).reshape((1, 1, 1, TILE_C)))
     if HAS_BIAS:  # row 4, after the taps'
         ct.store(dparams_part, index=(bi, si, 4, cj), tile=ct.sum(acc_b, axis=0).reshape((1, 1, 1, TILE_C)))
+
+
+@ct.kernel
+def conv_bwd_gv_kernel(
+    x,  # (b, l, c), last stride 1
+    weight,  # (c, K) float32
+    bias,  # (c,) float32 (ignored unless HAS_BIAS)
+    dy0,  # (b, l, c0) last stride 1: the gradient of the first channel part, columns [0, c0)
+    dy1,  # (b, l, c1): the second part's, columns [c0, c0 + c1) (dy0 again where there is no second part)
+    dy2,  # (b, l, c2): the third part's, the columns after (dy0 again where there is none)
+    gv,  # (b, l, c) dy's dtype: the pre-activation's gradient
+    dparams_part,  # (b, segments, 4 + HAS_BIAS, c) float32: each program's share of dw, tap-major (taps past K:
+    # unused), then of dbias: one host sum gives both
+    steps,  # token tiles per program (a runtime count): a segment is steps * TILE_T tokens
+    end0,  # the column block (of TILE_C) where the second part starts (runtime, as end1: no compile per model shape)
+    end1,  # where the third starts; one part: both the number of column blocks
+    K: ConstInt,  # at most 4: the taps are four named tiles (past K their weight reads as zero)
+    TILE_T: ConstInt,
+    TILE_C: ConstInt,
+    HAS_BIAS: ConstBool,
+):
+    bi = ct.bid(0)
+    si = ct.bid(1)
+    cj = ct.bid(2)
+    ch = cj * TILE_C + ct.arange(TILE_C, dtype=ct.int32).reshape((1, TILE_C))
+    # the taps' weight rows (1, TILE_C), zero past K, and the bias, loaded once for the whole segment
+    w0 = ct.gather(weight, (ch, 0)).astype(ct.float32)
+    w1 = ct.gather(weight, (ch, 1)).astype(ct.float32)
+    w2 = ct.gather(weight, (ch, 2)).astype(ct.float32)
+    w3 = ct.gather(weight, (ch, 3)).astype(ct.float32)
+    b0 = ct.gather(bias, ch).astype(ct.float32) if HAS_BIAS else ct.zeros((1, TILE_C), dtype=ct.float32)
+    ws = (w0, w1, w2, w3, b0)
+    # the program's part (program-uniform branches, each its own copy of the loop: a branch inside the loop keeps
+    # three parts' addresses live and spills at the default tile): dy at the part's local columns
+    n = min(steps, ct.cdiv(x.shape[1], TILE_T) - si * steps)  # token tiles in the segment
+    if cj < end0:
+        _gv_segment(x, dy0, gv, dparams_part, ws, bi, si, cj, ch, ch, steps, n, K, TILE_T, TILE_C, HAS_BIAS)
+    elif cj < end1:
+        _gv_segment(
+            x, dy1, gv, dparams_part, ws, bi, si, cj, ch, ch - end0 * TILE_C, steps, n, K, TILE_T, TILE_C, HAS_BIAS
+        )
+    else:
+        _gv_segment(
+            x, dy2, gv, dparams_part, ws, bi, si, cj, ch, ch - end1 * TILE_C, steps, n, K, TILE_T, TILE_C, HAS_BIAS
+        )
 
 
 @ct.kernel
@@ -246,40 +288,64 @@ def conv_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -
     return y
 
 
+MAX_PARTS = 3  # the gv kernel's dy arrays: Mamba-2's x, B and C
+
+
+def _one_launch(sizes: list[int]) -> bool:
+    """Whether the backward takes the parts in one gv launch: at most three, each a whole number of the default's
+    column tiles (the tuned ones are restricted to tiles dividing every part)."""
+    return 1 < len(sizes) <= MAX_PARTS and all(n % DEFAULT_BWD.TILE_C == 0 for n in sizes)
+
+
 def _conv_bwd_sums(
-    dy: torch.Tensor,
+    dys: list[torch.Tensor],
     x: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor | None,
     dx: torch.Tensor,
     dparams: torch.Tensor,
 ) -> None:
-    """The backward's kernels on one channel part: dx into `dx` (b, l, c), and the gv programs' partials of dw's four
-    taps and of dbias summed into `dparams` (4 + bias rows, c; fp32). Both may be column slices of the op's buffers."""
+    """The backward's kernels on the channels of x (b, l, c): dx into `dx` (b, l, c), and the gv programs' partials
+    of dw's four taps and of dbias summed into `dparams` (4 + bias rows, c; fp32). `dys` are the gradients of
+    consecutive channel parts adding up to c (one, or up to three, each a multiple of the tuned TILE_C: the gv
+    kernel picks a program's part by its column block), so one gv launch, one dx launch and one sum serve them all.
+    dx and dparams may be column slices of the op's buffers."""
     check_inputs(x, weight, bias)
     x, w32, b32 = _operands(x, weight, bias)
-    dy = dy if dy.stride(-1) == 1 else dy.contiguous()
+    dys = [dy if dy.stride(-1) == 1 else dy.contiguous() for dy in dys]
+    sizes = [dy.shape[-1] for dy in dys]
+    if sum(sizes) != x.shape[-1] or len(dys) > MAX_PARTS:
+        raise ValueError(f"cutile conv: the gradients' widths {sizes} must be at most 3 adding up to {x.shape[-1]}")
     b, l, c = x.shape
     k = w32.shape[1]
-    gv = torch.empty((b, l, c), device=x.device, dtype=dy.dtype)
+    gv = torch.empty((b, l, c), device=x.device, dtype=dys[0].dtype)
     rows = dparams.shape[0]  # dw's four taps, then dbias's with a bias
     parts: dict[tuple[int, int], torch.Tensor] = {}
+    dy0, dy1, dy2 = (dys + [dys[0]] * MAX_PARTS)[:MAX_PARTS]  # unused slots: the first part's array again
+    key = _key(x, k) if len(dys) == 1 else f"{_key(x, k)}_parts{'-'.join(map(str, sizes))}"
+
+    def space_gv() -> list[ConvConfig]:  # several parts: the tiles whose column blocks never straddle two
+        return [cfg for cfg in bwd_space() if len(dys) == 1 or all(n % cfg.TILE_C == 0 for n in sizes)]
 
     def spec_gv(cfg: ConvConfig):
+        if len(dys) > 1 and any(n % cfg.TILE_C for n in sizes):  # a pinned configuration (tuning.forced)
+            raise ValueError(f"cutile conv: gv tiles of {cfg.TILE_C} channels straddle the parts {sizes}")
         span = cfg.TILE_T * cfg.steps
         segments = -(-l // span)
         if (cfg.TILE_T, cfg.steps) not in parts:
             parts[cfg.TILE_T, cfg.steps] = torch.empty((b, segments, rows, c), device=x.device, dtype=torch.float32)
         dparams_part = parts[cfg.TILE_T, cfg.steps]
-        grid = (b, segments, -(-c // cfg.TILE_C))
-        args = (x, w32, b32, dy, gv, dparams_part, cfg.steps, k, cfg.TILE_T, cfg.TILE_C, bias is not None)
-        return grid, with_hints(conv_bwd_gv_kernel, cfg.occupancy), args
+        blocks = -(-c // cfg.TILE_C)
+        end0, end1 = (blocks, blocks) if len(dys) == 1 else (sizes[0] // cfg.TILE_C, sum(sizes[:2]) // cfg.TILE_C)
+        grid = (b, segments, blocks)
+        args = (x, w32, b32, dy0, dy1, dy2, gv, dparams_part, cfg.steps, end0, end1, k, cfg.TILE_T, cfg.TILE_C)
+        return grid, with_hints(conv_bwd_gv_kernel, cfg.occupancy), (*args, bias is not None)
 
     def spec_dx(cfg: ConvConfig):
         grid = (b, -(-l // cfg.TILE_T), -(-c // cfg.TILE_C))
         return grid, conv_bwd_dx_kernel, (gv, w32, dx, k, cfg.TILE_T, cfg.TILE_C)
 
-    cfg = launch("conv_bwd", _key(x, k), DEFAULT_BWD, bwd_space, spec_gv, x.device)
+    cfg = launch("conv_bwd", key, DEFAULT_BWD, space_gv, spec_gv, x.device)
     launch("conv_bwd_dx", _key(x, k), DEFAULT_DX, dx_space, spec_dx, x.device)
     # into the column slice in place: a reduction's out= takes its strides (no temporary, no copy kernel)
     torch.sum(parts[cfg.TILE_T, cfg.steps], (0, 1), out=dparams)
@@ -307,7 +373,7 @@ def conv_bwd(
     in their parameters' dtypes."""
     dx = torch.empty(x.shape, device=x.device, dtype=x.dtype)
     dparams = _dparams(x.shape[-1], bias, x.device)
-    _conv_bwd_sums(dy, x, weight, bias, dx, dparams)
+    _conv_bwd_sums([dy], x, weight, bias, dx, dparams)
     return dx, *_param_grads(dparams, weight, bias)
 
 
@@ -340,13 +406,19 @@ def _(x, weight, bias, sizes):
 def _conv_bwd_op(
     dys: list[torch.Tensor], x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    # each part's kernels store into its channel columns of one dx and its sum into those of one dparams, so the
-    # parameters' gradients take one copy in all, not a sum, transpose and cat of each part's (small launches)
+    # parts of whole column tiles (Mamba-2's x, B and C): one gv launch picks each program's dy by its column block,
+    # then one dx launch and one sum over all channels. Otherwise each part's kernels store into its channel columns
+    # of one dx and its sum into those of one dparams. Either way the parameters' gradients take one copy in all,
+    # not a sum, transpose and cat of each part's (small launches)
     dx = torch.empty(x.shape, device=x.device, dtype=x.dtype)
     dparams = _dparams(x.shape[-1], bias, x.device)
-    for dy, (lo, hi) in zip(dys, _bounds([dy.shape[-1] for dy in dys])):
-        part_bias = None if bias is None else bias[lo:hi]
-        _conv_bwd_sums(dy, x[..., lo:hi], weight[lo:hi], part_bias, dx[..., lo:hi], dparams[:, lo:hi])
+    sizes = [dy.shape[-1] for dy in dys]
+    if _one_launch(sizes) and len({dy.dtype for dy in dys}) == 1:
+        _conv_bwd_sums(list(dys), x, weight, bias, dx, dparams)
+    else:
+        for dy, (lo, hi) in zip(dys, _bounds(sizes)):
+            part_bias = None if bias is None else bias[lo:hi]
+            _conv_bwd_sums([dy], x[..., lo:hi], weight[lo:hi], part_bias, dx[..., lo:hi], dparams[:, lo:hi])
     dweight, dbias = _param_grads(dparams, weight, bias)
     return dx, dweight, x.new_empty(0) if dbias is None else dbias
 
