@@ -9,10 +9,12 @@ x (b, l, c), weight w (c, k), bias (c,), and v the pre-activation:
     dw[:, j] = Σ_{b, t} gv[t] · x[t - (k - 1) + j],   dbias = Σ_{b, t} gv[t]
 
 A program owns TILE_T tokens x TILE_C channels of one sequence. The shifted rows are gathers (rows before the
-sequence start or past its end read as zero), served from L1/L2 after the first: each element of x is read
-from HBM about once. The backward takes two kernels: the first recomputes v (the forward writes only y) once,
-writes gv in dy's dtype and per-program partial sums of dw and dbias, rows of one array that one host sum adds up;
-the second forms dx from k shifted rows of gv. The op's channel parts (Mamba-2's x, B and C) bring up to three
+sequence start or past its end read as zero), served from L1/L2 after the first: each element of x is read from HBM
+about once. The backward takes two kernels: the first recomputes v (the forward writes only y) once, writes gv in
+dy's dtype and per-program partial sums of dw and dbias, rows of one array that one host sum adds up; the second
+forms dx from k shifted rows of gv. The gv kernel reads its own rows (the unshifted tap, and dy) by tile loads,
+which compile to TMA there; in the forward and dx kernels tile loads compiled no better than the gathers and ran
+slower (results/probes/layer_probes_2026-12-02.txt), so those gather. The op's channel parts (Mamba-2's x, B and C) bring up to three
 gradient arrays: where each is a whole number of column tiles, one gv launch takes them all (a program reads the dy
 of its column block's part), then one dx launch and one sum over all channels; otherwise each part's kernels and sum
 store into its columns of one result. Either way the parts' gradients need no cat. A gv program walks `steps` token
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 import cuda.tile as ct
 import torch
 
-from kernels.cutile.launch import ConstBool, ConstInt, launch, with_hints
+from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, with_hints
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -43,6 +45,19 @@ def _rows(t0, TILE_T: ConstInt, c0, TILE_C: ConstInt):
 def _shifted(x, bi, t, ch, K: ConstInt, j: ConstInt):
     """Tap j's rows x[t - (K - 1) + j] at tokens t (TILE_T, 1), channels ch (1, TILE_C), in fp32."""
     return ct.gather(x, (bi, t - (K - 1) + j, ch)).astype(ct.float32)
+
+
+def _own(x, bi, ti, cj, TILE_T: ConstInt, TILE_C: ConstInt):
+    """The rows of x's tile (bi, ti, cj) in fp32 (TILE_T, TILE_C): a tile load (TMA where the compiler takes it),
+    zero past the sequence end and the channels (a tile always starts inside x)."""
+    tile = ct.load(x, index=(bi, ti, cj), shape=(1, TILE_T, TILE_C), padding_mode=ZERO)
+    return tile.reshape((TILE_T, TILE_C)).astype(ct.float32)
+
+
+def _tap(x, bi, ti, cj, t, ch, K: ConstInt, j: ConstInt, TILE_T: ConstInt, TILE_C: ConstInt):
+    """Tap j's rows x[t - (K - 1) + j] of tile (bi, ti, cj): the unshifted tap (j = K - 1) by a tile load, the
+    others by gathers."""
+    return _own(x, bi, ti, cj, TILE_T, TILE_C) if j == K - 1 else _shifted(x, bi, t, ch, K, j)
 
 
 def _preactivation(x, weight, bias, bi, t, ch, K: ConstInt, TILE_T: ConstInt, TILE_C: ConstInt, HAS_BIAS: ConstBool):
@@ -86,7 +101,7 @@ def _gv_segment(
     si,
     cj,
     ch,
-    local,
+    lj,
     steps,
     n,
     K: ConstInt,
@@ -94,9 +109,9 @@ def _gv_segment(
     TILE_C: ConstInt,
     HAS_BIAS: ConstBool,
 ):
-    """The gv kernel's work on segment si, column block cj (channels ch; dy read at its part's columns `local`): n
+    """The gv kernel's work on segment si, column block cj (channels ch; dy read at its part's column block `lj`): n
     token tiles' gv stored, and the segment's partial sums of dw's taps and dbias. ws: the taps' weight rows and the
-    bias row (1, TILE_C)."""
+    bias row (1, TILE_C). The unshifted tap and dy are tile loads, the shifted taps gathers."""
     w0, w1, w2, w3, b0 = ws
     acc0 = ct.zeros((TILE_T, TILE_C), dtype=ct.float32)  # Σ over the segment of gv[t] x[t - (K - 1) + j], j = 0..3
     acc1 = ct.zeros((TILE_T, TILE_C), dtype=ct.float32)
@@ -106,13 +121,13 @@ def _gv_segment(
     for s in range(n):
         ti = si * steps + s
         t = ti * TILE_T + ct.arange(TILE_T, dtype=ct.int32).reshape((TILE_T, 1))
-        x0 = _shifted(x, bi, t, ch, K, 0)
-        x1 = _shifted(x, bi, t, ch, K, 1)
-        x2 = _shifted(x, bi, t, ch, K, 2)
-        x3 = _shifted(x, bi, t, ch, K, 3)
+        x0 = _tap(x, bi, ti, cj, t, ch, K, 0, TILE_T, TILE_C)  # tap K - 1 (x3 at K = 4) is the tile load
+        x1 = _tap(x, bi, ti, cj, t, ch, K, 1, TILE_T, TILE_C)
+        x2 = _tap(x, bi, ti, cj, t, ch, K, 2, TILE_T, TILE_C)
+        x3 = _tap(x, bi, ti, cj, t, ch, K, 3, TILE_T, TILE_C)
         v = b0 + w0 * x0 + w1 * x1 + w2 * x2 + w3 * x3
         sg = 1.0 / (1.0 + ct.exp(-v))
-        g = ct.gather(dy, (bi, t, local)).astype(ct.float32) * sg * (1.0 + v * (1.0 - sg))  # zero past the end
+        g = _own(dy, bi, ti, lj, TILE_T, TILE_C) * sg * (1.0 + v * (1.0 - sg))  # zero past the end
         ct.store(gv, index=(bi, ti, cj), tile=g.astype(gv.dtype).reshape((1, TILE_T, TILE_C)))
         acc0 = acc0 + g * x0
         acc1 = acc1 + g * x1
@@ -159,18 +174,14 @@ def conv_bwd_gv_kernel(
     b0 = ct.gather(bias, ch).astype(ct.float32) if HAS_BIAS else ct.zeros((1, TILE_C), dtype=ct.float32)
     ws = (w0, w1, w2, w3, b0)
     # the program's part (program-uniform branches, each its own copy of the loop: a branch inside the loop keeps
-    # three parts' addresses live and spills at the default tile): dy at the part's local columns
+    # three parts' addresses live and spills at the default tile): dy at the part's own column block
     n = min(steps, ct.cdiv(x.shape[1], TILE_T) - si * steps)  # token tiles in the segment
     if cj < end0:
-        _gv_segment(x, dy0, gv, dparams_part, ws, bi, si, cj, ch, ch, steps, n, K, TILE_T, TILE_C, HAS_BIAS)
+        _gv_segment(x, dy0, gv, dparams_part, ws, bi, si, cj, ch, cj, steps, n, K, TILE_T, TILE_C, HAS_BIAS)
     elif cj < end1:
-        _gv_segment(
-            x, dy1, gv, dparams_part, ws, bi, si, cj, ch, ch - end0 * TILE_C, steps, n, K, TILE_T, TILE_C, HAS_BIAS
-        )
+        _gv_segment(x, dy1, gv, dparams_part, ws, bi, si, cj, ch, cj - end0, steps, n, K, TILE_T, TILE_C, HAS_BIAS)
     else:
-        _gv_segment(
-            x, dy2, gv, dparams_part, ws, bi, si, cj, ch, ch - end1 * TILE_C, steps, n, K, TILE_T, TILE_C, HAS_BIAS
-        )
+        _gv_segment(x, dy2, gv, dparams_part, ws, bi, si, cj, ch, cj - end1, steps, n, K, TILE_T, TILE_C, HAS_BIAS)
 
 
 @ct.kernel
