@@ -14,13 +14,14 @@ about once. The backward takes two kernels: the first recomputes v (the forward 
 dy's dtype and per-program partial sums of dw and dbias, rows of one array that one host sum adds up; the second
 forms dx from k shifted rows of gv. The gv kernel reads its own rows (the unshifted tap, and dy) by tile loads,
 which compile to TMA there; in the forward and dx kernels tile loads compiled no better than the gathers and ran
-slower (results/probes/layer_probes_2026-12-02.txt), so those gather. The op's channel parts (Mamba-2's x, B and C) bring up to three
-gradient arrays: where each is a whole number of column tiles, one gv launch takes them all (a program reads the dy
-of its column block's part), then one dx launch and one sum over all channels; otherwise each part's kernels and sum
-store into its columns of one result. Either way the parts' gradients need no cat. A gv program walks `steps` token
-tiles (its segment), summing gv x each shifted row and gv elementwise in registers, and reduces over tokens once at
-the end; its builds take an occupancy hint (without one they use 255 registers a thread, one program an SM), as the
-forward's do. Arithmetic in fp32; y and dx in x's dtype. The backward takes k up to 4 (Mamba-2's d_conv is 4).
+slower (results/probes/layer_probes_2026-12-02.txt), so those gather. The op's channel parts (Mamba-2's x, B and C)
+bring up to three gradient arrays: where each is a whole number of column tiles, one gv launch takes them all (a
+program reads the dy of its column block's part), then one dx launch and one sum over all channels; otherwise each
+part's kernels and sum store into its columns of one result. Either way the parts' gradients need no cat. A gv
+program walks `steps` token tiles (its segment), summing gv x each shifted row and gv elementwise in registers, and
+reduces over tokens once at the end; its builds take an occupancy hint (without one they use 255 registers a thread,
+one program an SM), as the forward's do. Arithmetic in fp32; y and dx in x's dtype. The backward takes k up to 4
+(Mamba-2's d_conv is 4).
 """
 
 from __future__ import annotations
