@@ -1,7 +1,8 @@
 """The Mamba-2 block's work around the SSD, written so torch.compile fuses it and eager mode copies nothing.
 
     split_linear         in_proj: one matmul, its output split into views; the backward adds the parts'
-                         gradients into one matmul chain instead of concatenating them first
+                         gradients into one matmul chain instead of concatenating them first, accumulating
+                         in place (addmm_into: no copy of the running sum under compile)
     causal_conv1d_silu   SiLU(causal depthwise conv1d) on (b, l, channels), channels last: shifted
                          multiply-adds, no transposes; one fused kernel (forward and backward) under compile
     rms_norm             RMSNorm over the last dim, optionally gated by SiLU(z) and in groups; one fused
@@ -29,6 +30,14 @@ def compute_dtype(t: Tensor) -> torch.dtype:
     return t.dtype
 
 
+@torch.library.custom_op("mamba2_layers::addmm_into", mutates_args=("acc",))
+def addmm_into(acc: Tensor, a: Tensor, b: Tensor) -> None:
+    """acc += a @ b in place. A custom op because Inductor lowers a traced `acc.addmm_(a, b)` (functionalized
+    to addmm) to at::addmm_out into a new buffer, which first copies acc into it; a mutating custom op is
+    reinplaced onto acc when acc is not read afterwards (here an intermediate of the backward)."""
+    acc.addmm_(a, b)
+
+
 class _SplitLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, u: Tensor, weight: Tensor, sizes: list[int], dtype: torch.dtype):
@@ -44,7 +53,10 @@ class _SplitLinear(torch.autograd.Function):
         g2 = [g.reshape(-1, g.shape[-1]).to(u_c.dtype) for g in grads]
         du = None
         for g, w in zip(g2, w_c.split(ctx.sizes, dim=0)):
-            du = g @ w if du is None else torch.addmm(du, g, w)
+            if du is None:
+                du = g @ w
+            else:
+                addmm_into(du, g, w)
         dw = torch.cat([g.t() @ u2 for g in g2])  # (sum(sizes), d): weight-sized, small
         return du.reshape(u_c.shape).to(ctx.u_dtype), dw.to(ctx.w_dtype), None, None
 
