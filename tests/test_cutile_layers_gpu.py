@@ -102,6 +102,23 @@ def test_conv_one_launch_every_configuration(bwd):
     assert bwd_launched == [bwd]
 
 
+@pytest.mark.parametrize("fwd", [cfg for cfg in conv_fwd_space() if 128 % cfg.TILE_C == 0])
+def test_conv_fwd_one_launch_every_configuration(fwd):
+    """Parts of whole column tiles (512 channels: 256, 128, 128) take one forward launch for all three, at each of
+    its configurations (those whose column tiles divide every part)."""
+    with tuning.forced("conv_fwd", fwd) as fwd_launched:
+        conv_check(*conv_inputs(2, 133, 512, 4, torch.bfloat16, seed=5), TOL[torch.bfloat16])
+    assert fwd_launched == [fwd]
+
+
+def test_conv_fwd_one_launch_refuses_tiles_straddling_parts():
+    """A pinned forward configuration whose column tiles would straddle two parts is one clear error."""
+    straddling = next(cfg for cfg in conv_fwd_space() if 128 % cfg.TILE_C)
+    x, weight, bias, _ = conv_inputs(2, 133, 512, 4, torch.bfloat16, seed=5)
+    with tuning.forced("conv_fwd", straddling), pytest.raises(ValueError, match="straddle the parts"):
+        cutile_conv(x, weight, bias, parts(512))
+
+
 def test_conv_long_sequence_stays_finite_and_accurate():
     x, weight, bias, dy = conv_inputs(1, 131072, 256, 4, torch.bfloat16, seed=2)
     conv_check(x, weight, bias, dy, TOL[torch.bfloat16])

@@ -26,6 +26,14 @@ LAUNCHED_ONE_DY = LAUNCHED_BEFORE_BIAS_ROW.replace("_A3f32_3v4l0_4t1_6i16_p16_Si
 # as dy0, here dy's encoding) and their column-block bounds end0, end1 (two more int32 scalars after `steps`)
 _DY = "_A3bf16_3v8l0_4t1_6i16_p16"
 LAUNCHED = LAUNCHED_ONE_DY.replace(_DY * 2, _DY * 4).replace("_Si32", "_Si32_Si32_Si32")
+# conv_fwd_kernel as the medium model's step launched it (results/probes/step_three_patches_2026-12-02/profile.json)
+# while it stored one part's y; LAUNCHED_FWD: the same launch with the kernel's parameters since it stores up to
+# three channel parts' outputs (y1 and y2 as y0, here y's encoding) at their column-block bounds end0, end1
+LAUNCHED_FWD_ONE_Y = (
+    "conv_fwd_kernel_Kt1_A3bf16_3v8l0_4t1_6i16_p16_A2f32_1i16v4l0_2t1_p16_A1f32_1i16t1_p16_A3bf16_3v8l0_4t1_6i16_p16"
+    "_I4_I16_I256_B1"
+)
+LAUNCHED_FWD = LAUNCHED_FWD_ONE_Y.replace(_DY + "_I4", _DY * 3 + "_Si32_Si32_I4")
 
 
 def test_a_launched_name_gives_its_kernel_and_signature():
@@ -34,6 +42,13 @@ def test_a_launched_name_gives_its_kernel_and_signature():
     assert kernel is causal_conv.conv_bwd_gv_kernel
     x = signature.parameters[0]
     assert isinstance(x, ctc.ArrayConstraint) and x.stride_divisible_by == (8, 8, 1) and x.base_addr_divisible_by == 16
+
+
+def test_a_launched_forward_name_gives_its_kernel_and_signature():
+    label, kernel, signature = kernel_resources.launched(LAUNCHED_FWD, None)
+    assert label == "conv_fwd_kernel[4, 16, 256, True]"
+    assert kernel is causal_conv.conv_fwd_kernel
+    assert len(signature.parameters) == 12
 
 
 def test_a_launched_name_from_a_changed_copy(tmp_path):
@@ -50,6 +65,8 @@ def test_a_name_from_other_code_is_one_clear_error():
         kernel_resources.launched(LAUNCHED_BEFORE_BIAS_ROW, None)
     with pytest.raises(SystemExit, match=r"encodes 11 parameters, conv_bwd_gv_kernel in .* takes 15: a name launched"):
         kernel_resources.launched(LAUNCHED_ONE_DY, None)
+    with pytest.raises(SystemExit, match=r"encodes 8 parameters, conv_fwd_kernel in .* takes 12: a name launched"):
+        kernel_resources.launched(LAUNCHED_FWD_ONE_Y, None)
 
 
 def test_an_unknown_kernel_is_one_clear_error():

@@ -216,11 +216,16 @@ def conv_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
     forward's tiles without a hint."""
     f32 = ct.float32
 
-    def arrays(stage: str, dtype) -> list:  # x, weight, bias, then y; or dy0-2, gv, dparams_part, steps, end0, end1
+    def arrays(stage: str, dtype) -> list:  # x, weight, bias, then y0-2, end0, end1; or dy0-2, gv, dparams_part,
+        # steps, end0, end1
         if stage == "conv_bwd_dx":  # gv, weight, dx
             return [_array(dtype, 3), _array(f32, 2), _array(dtype, 3)]
         i32 = ctc.ScalarConstraint(ct.int32)
-        outputs = [_array(dtype, 3)] if stage == "conv_fwd" else [_array(dtype, 3)] * 4 + [_array(f32, 4)] + [i32] * 3
+        outputs = (
+            [_array(dtype, 3)] * 3 + [i32] * 2
+            if stage == "conv_fwd"
+            else [_array(dtype, 3)] * 4 + [_array(f32, 4)] + [i32] * 3
+        )
         return [_array(dtype, 3), _array(f32, 2), _array(f32, 1), *outputs]
 
     for stage, kernel, tiles, default, hints in (  # hints: each tile's occupancy hints

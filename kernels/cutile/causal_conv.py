@@ -15,18 +15,19 @@ dy's dtype and per-program partial sums of dw and dbias, rows of one array that 
 forms dx from k shifted rows of gv. The gv kernel reads its own rows (the unshifted tap, and dy) by tile loads,
 which compile to TMA there; in the forward and dx kernels tile loads compiled no better than the gathers and ran
 slower (results/probes/layer_probes_2026-12-02.txt), so those gather. The op's channel parts (Mamba-2's x, B and C)
-bring up to three gradient arrays: where each is a whole number of column tiles, one gv launch takes them all (a
-program reads the dy of its column block's part), then one dx launch and one sum over all channels; otherwise each
-part's kernels and sum store into its columns of one result. Either way the parts' gradients need no cat. A gv
-program walks `steps` token tiles (its segment), summing gv x each shifted row and gv elementwise in registers, and
-reduces over tokens once at the end; its builds take an occupancy hint (without one they use 255 registers a thread,
-one program an SM), as the forward's do. Arithmetic in fp32; y and dx in x's dtype. The backward takes k up to 4
-(Mamba-2's d_conv is 4).
+have an output each and bring up to three gradient arrays: where each is a whole number of column tiles, one forward
+launch stores them all (a program stores into the output of its column block's part), and one gv launch takes the
+gradients (a program reads the dy of its column block's part), then one dx launch and one sum over all channels;
+otherwise each part's kernels (and sum) store into its own output, or its columns of one result. Either way the
+parts' outputs and gradients need no cat. A gv program walks `steps` token tiles (its segment), summing gv x each
+shifted row and gv elementwise in registers, and reduces over tokens once at the end; its builds take an occupancy
+hint (without one they use 255 registers a thread, one program an SM), as the forward's do. Arithmetic in fp32; y
+and dx in x's dtype. The backward takes k up to 4 (Mamba-2's d_conv is 4).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import cuda.tile as ct
 import torch
@@ -77,7 +78,11 @@ def conv_fwd_kernel(
     x,  # (b, l, c) bf16/fp16/fp32, last stride 1
     weight,  # (c, K) float32
     bias,  # (c,) float32 (ignored unless HAS_BIAS)
-    y,  # (b, l, c) x's dtype
+    y0,  # (b, l, c0) x's dtype: the output of the first channel part, columns [0, c0)
+    y1,  # (b, l, c1): the second part's, columns [c0, c0 + c1) (y0 again where there is no second part)
+    y2,  # (b, l, c2): the third part's, the columns after (y0 again where there is none)
+    end0,  # the column block (of TILE_C) where the second part starts (runtime, as end1: no compile per model shape)
+    end1,  # where the third starts; one part: both the number of column blocks
     K: ConstInt,
     TILE_T: ConstInt,
     TILE_C: ConstInt,
@@ -88,8 +93,14 @@ def conv_fwd_kernel(
     cj = ct.bid(2)
     t, ch = _rows(ti * TILE_T, TILE_T, cj * TILE_C, TILE_C)
     v = _preactivation(x, weight, bias, bi, t, ch, K, TILE_T, TILE_C, HAS_BIAS)
-    out = v / (1.0 + ct.exp(-v))
-    ct.store(y, index=(bi, ti, cj), tile=out.astype(y.dtype).reshape((1, TILE_T, TILE_C)))
+    out = (v / (1.0 + ct.exp(-v))).astype(y0.dtype).reshape((1, TILE_T, TILE_C))
+    # the program's part (a program-uniform branch): its output at the part's own column block
+    if cj < end0:
+        ct.store(y0, index=(bi, ti, cj), tile=out)
+    elif cj < end1:
+        ct.store(y1, index=(bi, ti, cj - end0), tile=out)
+    else:
+        ct.store(y2, index=(bi, ti, cj - end1), tile=out)
 
 
 def _gv_segment(
@@ -282,31 +293,66 @@ def _key(x: torch.Tensor, k: int) -> str:
     return f"b{b}_l{l}_c{c}_k{k}_{str(x.dtype)[6:]}"
 
 
-def conv_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """SiLU(causal depthwise conv1d(x)). x (b, l, c) (any strides, last 1 or copied), weight (c, k), bias (c,)
-    or None -> y (b, l, c) contiguous, in x's dtype."""
+MAX_PARTS = 3  # the forward's y arrays and the gv kernel's dy arrays: Mamba-2's x, B and C
+
+
+def _parts_key(x: torch.Tensor, k: int, sizes: list[int]) -> str:
+    """The tuning key of a launch over x's channels: several parts get their sizes appended (the space differs)."""
+    return _key(x, k) if len(sizes) == 1 else f"{_key(x, k)}_parts{'-'.join(map(str, sizes))}"
+
+
+def _fwd_default(sizes: list[int]) -> ConvConfig | None:
+    """The forward's default for channel parts of these sizes: DEFAULT_FWD where its column tiles divide every part,
+    else the forward tile at its TILE_T (and hint) with the widest TILE_C that does; None where none does."""
+    widths = [tc for tt, tc in FWD_TILES if tt == DEFAULT_FWD.TILE_T and all(n % tc == 0 for n in sizes)]
+    return None if not widths else replace(DEFAULT_FWD, TILE_C=max(widths))
+
+
+def _conv_fwd_parts(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, sizes: list[int]
+) -> list[torch.Tensor]:
+    """SiLU(causal depthwise conv1d(x)) in one launch over x's channels (b, l, c), stored as one contiguous
+    (b, l, size) output per part: `sizes` are consecutive channel parts adding up to c (one, or up to three, each a
+    multiple of the chosen TILE_C: the kernel picks a program's output by its column block)."""
     check_inputs(x, weight, bias)
     x, w32, b32 = _operands(x, weight, bias)
     b, l, c = x.shape
+    if sum(sizes) != c or not 1 <= len(sizes) <= MAX_PARTS:
+        raise ValueError(f"cutile conv: the parts' widths {sizes} must be at most 3 adding up to {c}")
     k = w32.shape[1]
-    y = torch.empty((b, l, c), device=x.device, dtype=x.dtype)
+    ys = [torch.empty((b, l, n), device=x.device, dtype=x.dtype) for n in sizes]
+    y0, y1, y2 = (ys + [ys[0]] * MAX_PARTS)[:MAX_PARTS]  # unused slots: the first part's array again
+    default = DEFAULT_FWD if len(sizes) == 1 else _fwd_default(sizes)
+    if default is None:
+        raise ValueError(f"cutile conv: no forward tile's columns divide every part of {sizes}")
+
+    def space() -> list[ConvConfig]:  # several parts: the tiles whose column blocks never straddle two
+        return [cfg for cfg in fwd_space() if len(sizes) == 1 or all(n % cfg.TILE_C == 0 for n in sizes)]
 
     def spec(cfg: ConvConfig):
-        grid = (b, -(-l // cfg.TILE_T), -(-c // cfg.TILE_C))
-        args = (x, w32, b32, y, k, cfg.TILE_T, cfg.TILE_C, bias is not None)
+        if len(sizes) > 1 and any(n % cfg.TILE_C for n in sizes):  # a pinned configuration (tuning.forced)
+            raise ValueError(f"cutile conv: forward tiles of {cfg.TILE_C} channels straddle the parts {sizes}")
+        blocks = -(-c // cfg.TILE_C)
+        end0, end1 = (blocks, blocks) if len(sizes) == 1 else (sizes[0] // cfg.TILE_C, sum(sizes[:2]) // cfg.TILE_C)
+        grid = (b, -(-l // cfg.TILE_T), blocks)
+        args = (x, w32, b32, y0, y1, y2, end0, end1, k, cfg.TILE_T, cfg.TILE_C, bias is not None)
         return grid, with_hints(conv_fwd_kernel, cfg.occupancy), args
 
-    launch("conv_fwd", _key(x, k), DEFAULT_FWD, fwd_space, spec, x.device)
-    return y
+    launch("conv_fwd", _parts_key(x, k, sizes), default, space, spec, x.device)
+    return ys
 
 
-MAX_PARTS = 3  # the gv kernel's dy arrays: Mamba-2's x, B and C
+def conv_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """SiLU(causal depthwise conv1d(x)). x (b, l, c) (any strides, last 1 or copied), weight (c, k), bias (c,)
+    or None -> y (b, l, c) contiguous, in x's dtype."""
+    return _conv_fwd_parts(x, weight, bias, [x.shape[-1]])[0]
 
 
-def _one_launch(sizes: list[int]) -> bool:
-    """Whether the backward takes the parts in one gv launch: at most three, each a whole number of the default's
-    column tiles (the tuned ones are restricted to tiles dividing every part)."""
-    return 1 < len(sizes) <= MAX_PARTS and all(n % DEFAULT_BWD.TILE_C == 0 for n in sizes)
+def _one_launch(sizes: list[int], default: ConvConfig = DEFAULT_BWD) -> bool:
+    """Whether a kernel takes the parts in one launch: at most three, each a whole number of the default's column
+    tiles (the backward's gv kernel at DEFAULT_BWD; the forward's at `_fwd_default`); the tuned ones are restricted
+    to tiles dividing every part."""
+    return 1 < len(sizes) <= MAX_PARTS and all(n % default.TILE_C == 0 for n in sizes)
 
 
 def _conv_bwd_sums(
@@ -334,7 +380,7 @@ def _conv_bwd_sums(
     rows = dparams.shape[0]  # dw's four taps, then dbias's with a bias
     parts: dict[tuple[int, int], torch.Tensor] = {}
     dy0, dy1, dy2 = (dys + [dys[0]] * MAX_PARTS)[:MAX_PARTS]  # unused slots: the first part's array again
-    key = _key(x, k) if len(dys) == 1 else f"{_key(x, k)}_parts{'-'.join(map(str, sizes))}"
+    key = _parts_key(x, k, sizes)
 
     def space_gv() -> list[ConvConfig]:  # several parts: the tiles whose column blocks never straddle two
         return [cfg for cfg in bwd_space() if len(dys) == 1 or all(n % cfg.TILE_C == 0 for n in sizes)]
@@ -403,7 +449,12 @@ def _bounds(sizes: list[int]) -> list[tuple[int, int]]:
 def _conv_fwd_op(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, sizes: list[int]
 ) -> list[torch.Tensor]:
-    # depthwise: each part is its own conv on a channel slice (a strided view, no copy); contiguous outputs
+    # parts of whole column tiles (Mamba-2's x, B and C): one launch over all channels stores each program's tile
+    # into its column block's part. Otherwise each part is its own conv on a channel slice (a strided view, no
+    # copy). Either way contiguous outputs
+    default = _fwd_default(sizes)
+    if default is not None and _one_launch(sizes, default):
+        return _conv_fwd_parts(x, weight, bias, list(sizes))
     return [conv_fwd(x[..., lo:hi], weight[lo:hi], None if bias is None else bias[lo:hi]) for lo, hi in _bounds(sizes)]
 
 
@@ -459,8 +510,9 @@ def causal_conv1d_silu(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, sizes: list[int]
 ) -> list[torch.Tensor]:
     """SiLU(causal depthwise conv1d(x)) on the GPU, split along channels into parts; differentiable, traced by
-    torch.compile as single nodes. Each part is its own launch on a channel slice, and its gradient comes back
-    apart, so a model that splits the output (Mamba-2's x, B and C) neither copies nor concatenates.
+    torch.compile as single nodes. The parts' outputs come back apart, and so do their gradients (one launch for
+    all parts where each is a whole number of column tiles, else a launch per part on its channel slice), so a model
+    that splits the output (Mamba-2's x, B and C) neither copies nor concatenates.
 
     Args:
         x: (b, l, c) bf16/fp16/fp32 on a CUDA device, last stride 1 (other layouts are copied).
