@@ -9,10 +9,6 @@
 #       results/probes/step_variants_ab.sh OUTDIR 1   # other rows of the step too
 #   VARIANTS="production passthrough" BACKENDS=standin+conv+norm TUNE=--autotune results/probes/step_variants_ab.sh \
 #       OUTDIR 1   # the stand-in y = x·D against y = x: the stand-in's own D work in the rest-of-step row
-#   VARIANTS="production in_proj_grad_one_mm" BACKENDS=standin+conv+norm TUNE=--autotune \
-#       results/probes/step_variants_ab.sh OUTDIR 1   # in_proj's input gradient accumulated in place (no addmm copies)
-#   VARIANTS="production conv_fwd_one_launch" BACKENDS=standin+conv+norm TUNE=--autotune \
-#       results/probes/step_variants_ab.sh OUTDIR 1   # the conv forward's x, B and C parts in one launch
 #
 # OUTDIR gets standin_<variant>_run<ROUND>.json and .log per process (about 80 s each on one H200 with the stand-in
 # alone). BACKENDS (default standin) are bench_step's variants each process runs, TUNE (default --no-autotune)
@@ -32,9 +28,6 @@ declare -A patches=(
     [reads_padding]="$reads results/variants/conv_recompute_padding.patch"
     [reads_function]="$reads results/variants/conv_function.patch"
     [passthrough]="results/variants/standin_passthrough.patch"
-    [in_proj_grad_one_mm]="results/variants/in_proj_grad_one_mm.patch"
-    [conv_fwd_one_launch]="results/variants/conv_fwd_one_launch.patch"
-    [both_prepared]="results/variants/in_proj_grad_one_mm.patch results/variants/conv_fwd_one_launch.patch"
 )
 for variant in ${VARIANTS:-}; do
     [[ -v patches[$variant] ]] || { echo "step_variants_ab: unknown variant $variant; choose from ${!patches[*]}" >&2 && exit 2; }
