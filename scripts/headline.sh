@@ -18,7 +18,8 @@
 # kernels series' processes took 203 s (135 s of it precompiling on 16 cores), 52 and 45 s on one H200
 # (2026-12-01); the sweep's 138 s (after 89 s of precompiling), 65 and 76 s; step_graphs' 388 s (after 132 s of
 # precompiling), 333 s (after 138 s of precompiling on a fresh machine) and 125 s (on the same machine right after,
-# its caches kept); step_layers' 309 s (after 114 s of precompiling), 110 and 103 s; the step series has not run
+# its caches kept); step_layers' 245 s (after about 115 s of precompiling), 138 and 132 s before its reference-backward
+# row was added; the step series has not run
 # yet.
 # RESULTS (default results/) says where the JSON goes, OUT (default the repository) where BENCHMARKS.md and
 # README.md are.
@@ -72,10 +73,11 @@ step_graphs)
         --backends standin,triton,cutile_bwd --autotune
     ;;
 step_layers)
-    # the plain triton row is the layers' gain for Triton; report.py shows it from step_graphs, listed first
+    # the plain triton row is the layers' gain for Triton; report.py shows it from step_graphs, listed first.
+    # cutile+conv+norm is the mission's design (the reference backward) in the same step
     precompile step
     run3 "$layers_series" python scripts/bench_step.py --configs medium --modes compile --compile_mode reduce-overhead \
-        --backends standin+conv+norm,triton,triton+conv+norm,cutile_bwd+conv+norm --quick --autotune
+        --backends standin+conv+norm,triton,triton+conv+norm,cutile_bwd+conv+norm,cutile+conv+norm --quick --autotune
     ;;
 sweep)
     precompile sweep --modes fwd --no-triton
