@@ -21,6 +21,8 @@
 # its caches kept); step_layers' 245 s (after about 115 s of precompiling), 138 and 132 s before its reference-backward
 # row was added; the step series has not run
 # yet.
+# PRECOMPILE=0 skips the precompile, for processes 2 and 3 on a machine whose caches process 1 filled (it took about
+# 115 s there even so).
 # RESULTS (default results/) says where the JSON goes, OUT (default the repository) where BENCHMARKS.md and
 # README.md are.
 set -euo pipefail
@@ -49,6 +51,7 @@ run3() {  # run3 SERIES COMMAND...: processes 1-3 (or only $only); 1 writes SERI
 }
 
 precompile() {  # precompile SHAPES [OPTION...]: compile tuning's candidates at bench_kernels' SHAPES first
+    [ "${PRECOMPILE:-1}" = 0 ] && echo "headline: PRECOMPILE=0, no precompile" >&2 && return 0
     python scripts/precompile.py --shapes "$@" --jobs "${PRECOMPILE_JOBS:-$(nproc)}" --timeout 900 \
         || echo "headline: precompile failed; the first process compiles as it tunes" >&2
 }
