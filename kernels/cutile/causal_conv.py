@@ -301,6 +301,24 @@ def _parts_key(x: torch.Tensor, k: int, sizes: list[int]) -> str:
     return _key(x, k) if len(sizes) == 1 else f"{_key(x, k)}_parts{'-'.join(map(str, sizes))}"
 
 
+def _whole_tiles(sizes: list[int], tile_c: int) -> bool:
+    """Whether column tiles of `tile_c` channels never straddle two parts: one part, or each a whole number of tiles."""
+    return len(sizes) == 1 or all(n % tile_c == 0 for n in sizes)
+
+
+def _part_starts(sizes: list[int], tile_c: int, blocks: int, kernel: str) -> tuple[int, int]:
+    """The column blocks (of `tile_c`) where the second and third parts start, the kernel's end0 and end1; one part:
+    both `blocks`. A ValueError where the tiles straddle two parts (a configuration pinned by tuning.forced)."""
+    if not _whole_tiles(sizes, tile_c):
+        raise ValueError(f"cutile conv: {kernel} tiles of {tile_c} channels straddle the parts {sizes}")
+    return (blocks, blocks) if len(sizes) == 1 else (sizes[0] // tile_c, sum(sizes[:2]) // tile_c)
+
+
+def _slots(arrays: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The kernel's MAX_PARTS array slots: the parts' arrays, unused slots the first part's again."""
+    return (arrays + [arrays[0]] * MAX_PARTS)[:MAX_PARTS]
+
+
 def _fwd_default(sizes: list[int]) -> ConvConfig | None:
     """The forward's default for channel parts of these sizes: DEFAULT_FWD where its column tiles divide every part,
     else the forward tile at its TILE_T (and hint) with the widest TILE_C that does; None where none does."""
@@ -321,19 +339,17 @@ def _conv_fwd_parts(
         raise ValueError(f"cutile conv: the parts' widths {sizes} must be at most 3 adding up to {c}")
     k = w32.shape[1]
     ys = [torch.empty((b, l, n), device=x.device, dtype=x.dtype) for n in sizes]
-    y0, y1, y2 = (ys + [ys[0]] * MAX_PARTS)[:MAX_PARTS]  # unused slots: the first part's array again
+    y0, y1, y2 = _slots(ys)
     default = DEFAULT_FWD if len(sizes) == 1 else _fwd_default(sizes)
     if default is None:
         raise ValueError(f"cutile conv: no forward tile's columns divide every part of {sizes}")
 
     def space() -> list[ConvConfig]:  # several parts: the tiles whose column blocks never straddle two
-        return [cfg for cfg in fwd_space() if len(sizes) == 1 or all(n % cfg.TILE_C == 0 for n in sizes)]
+        return [cfg for cfg in fwd_space() if _whole_tiles(sizes, cfg.TILE_C)]
 
     def spec(cfg: ConvConfig):
-        if len(sizes) > 1 and any(n % cfg.TILE_C for n in sizes):  # a pinned configuration (tuning.forced)
-            raise ValueError(f"cutile conv: forward tiles of {cfg.TILE_C} channels straddle the parts {sizes}")
         blocks = -(-c // cfg.TILE_C)
-        end0, end1 = (blocks, blocks) if len(sizes) == 1 else (sizes[0] // cfg.TILE_C, sum(sizes[:2]) // cfg.TILE_C)
+        end0, end1 = _part_starts(sizes, cfg.TILE_C, blocks, "forward")
         grid = (b, -(-l // cfg.TILE_T), blocks)
         args = (x, w32, b32, y0, y1, y2, end0, end1, k, cfg.TILE_T, cfg.TILE_C, bias is not None)
         return grid, with_hints(conv_fwd_kernel, cfg.occupancy), args
@@ -352,7 +368,7 @@ def _one_launch(sizes: list[int], default: ConvConfig = DEFAULT_BWD) -> bool:
     """Whether a kernel takes the parts in one launch: at most three, each a whole number of the default's column
     tiles (the backward's gv kernel at DEFAULT_BWD; the forward's at `_fwd_default`); the tuned ones are restricted
     to tiles dividing every part."""
-    return 1 < len(sizes) <= MAX_PARTS and all(n % default.TILE_C == 0 for n in sizes)
+    return 1 < len(sizes) <= MAX_PARTS and _whole_tiles(sizes, default.TILE_C)
 
 
 def _conv_bwd_sums(
@@ -379,22 +395,20 @@ def _conv_bwd_sums(
     gv = torch.empty((b, l, c), device=x.device, dtype=dys[0].dtype)
     rows = dparams.shape[0]  # dw's four taps, then dbias's with a bias
     parts: dict[tuple[int, int], torch.Tensor] = {}
-    dy0, dy1, dy2 = (dys + [dys[0]] * MAX_PARTS)[:MAX_PARTS]  # unused slots: the first part's array again
+    dy0, dy1, dy2 = _slots(dys)
     key = _parts_key(x, k, sizes)
 
     def space_gv() -> list[ConvConfig]:  # several parts: the tiles whose column blocks never straddle two
-        return [cfg for cfg in bwd_space() if len(dys) == 1 or all(n % cfg.TILE_C == 0 for n in sizes)]
+        return [cfg for cfg in bwd_space() if _whole_tiles(sizes, cfg.TILE_C)]
 
     def spec_gv(cfg: ConvConfig):
-        if len(dys) > 1 and any(n % cfg.TILE_C for n in sizes):  # a pinned configuration (tuning.forced)
-            raise ValueError(f"cutile conv: gv tiles of {cfg.TILE_C} channels straddle the parts {sizes}")
+        blocks = -(-c // cfg.TILE_C)
+        end0, end1 = _part_starts(sizes, cfg.TILE_C, blocks, "gv")
         span = cfg.TILE_T * cfg.steps
         segments = -(-l // span)
         if (cfg.TILE_T, cfg.steps) not in parts:
             parts[cfg.TILE_T, cfg.steps] = torch.empty((b, segments, rows, c), device=x.device, dtype=torch.float32)
         dparams_part = parts[cfg.TILE_T, cfg.steps]
-        blocks = -(-c // cfg.TILE_C)
-        end0, end1 = (blocks, blocks) if len(dys) == 1 else (sizes[0] // cfg.TILE_C, sum(sizes[:2]) // cfg.TILE_C)
         grid = (b, segments, blocks)
         args = (x, w32, b32, dy0, dy1, dy2, gv, dparams_part, cfg.steps, end0, end1, k, cfg.TILE_T, cfg.TILE_C)
         return grid, with_hints(conv_bwd_gv_kernel, cfg.occupancy), (*args, bias is not None)
