@@ -1099,7 +1099,7 @@ def main(argv: list[str] | None = None) -> int:
     if scpool:
         scgpu = devices(scrun)
         pngs.append(scaling_plot(scpool, scgpu, runs_text(scrun), args.results))
-    (args.results / "reconciliation.json").write_text(json.dumps(rec, indent=1) + "\n")
+    (args.results / "reconciliation.json").write_text(json.dumps(rec, separators=(",", ":")) + "\n")
 
     out = args.out / "BENCHMARKS.md"
     sources = ", ".join(f"{relative(r['file'], args.out)}" for r in [*krun, *swrun, *srun, *scrun])

@@ -12,8 +12,8 @@ STEP_LAYERS = {"conv": "conv_backend", "norm": "norm_backend"}
 
 
 def write_json(path: str | Path, payload: dict[str, Any]) -> Path:
-    """Write `payload` as indented JSON to `path` (parents created); values JSON lacks become strings."""
+    """Write `payload` as compact JSON (one line) to `path` (parents created); values JSON lacks become strings."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=1, default=str) + "\n")
+    path.write_text(json.dumps(payload, separators=(",", ":"), default=str) + "\n")
     return path
