@@ -78,6 +78,12 @@ def split(variant: str) -> tuple[str, str]:
     return backend, backward or "reference"
 
 
+def forward_variants(variants: list[str]) -> list[str]:
+    """The forward's variants: one per backend, named without its backward ("cutile:cutile" and "cutile" share
+    one forward, timed once as "cutile", also when only "cutile:cutile" was asked for)."""
+    return list(dict.fromkeys(split(v)[0] for v in variants))
+
+
 def make_call(shape: Shape, variant: str, mode: str, device: str):
     backend, backward = split(variant)
     inputs = make_inputs(shape, device, requires_grad=mode == "fwd_bwd")
@@ -122,8 +128,7 @@ def bench_shape(shape: Shape, variants: list[str], modes: list[str], repeats: in
     records = []
     for mode in modes:
         fns, warmup = {}, {}
-        # The forward of "cutile:cutile" is the forward of "cutile": timed once.
-        backends_here = [v for v in variants if mode != "fwd" or split(v)[1] == "reference"]
+        backends_here = forward_variants(variants) if mode == "fwd" else variants
         for backend in backends_here:
             fn = make_call(shape, backend, mode, device)
             start = time.perf_counter()

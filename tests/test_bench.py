@@ -58,6 +58,17 @@ def test_bench_kernels_writes_json(tmp_path):
     assert data["tuning"] == {}  # no cuTile kernel ran
 
 
+def test_bench_kernels_times_a_forward_for_a_backend_asked_for_only_with_its_backward():
+    """`--backends cutile:cutile,triton` still times the cuTile forward (as "cutile"): the backward's share is
+    forward + backward less forward, both from one process. Here the torch backend stands in for cutile."""
+    sys.path.insert(0, str(ROOT))
+    from scripts import bench_kernels
+
+    assert bench_kernels.forward_variants(["cutile:cutile", "triton", "cutile"]) == ["cutile", "triton"]
+    records = bench_kernels.bench_shape(bench_kernels.TINY[0], ["torch:cutile"], ["fwd"], 1, 1, "cpu")
+    assert [(r["mode"], r["backend"], r["backward"]) for r in records] == [("fwd", "torch", "reference")]
+
+
 def test_bench_kernels_refuses_unknown_modes_and_shapes_in_one_line(tmp_path):
     for option, value, unknown in (("--modes", "fwd,bogus", "'bogus'"), ("--shapes", "seed,huge", "'huge'")):
         done = subprocess.run(
