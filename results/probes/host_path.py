@@ -3,8 +3,8 @@ host-bound in eager mode: 2.33 ms of wall clock a call against 0.96 ms of GPU ti
 asks for 3x Triton's wall clock (2.54x now). This probe calls one bench_kernels variant back to back and reports:
 
 - host time a call: the time to enqueue N calls (no synchronization inside; the GPU's queue holds them), over N;
-- the same calls under cProfile, each function's own time put into one of five groups: cuTile's launch (the C
-  extension's `launch`), `__cuda_array_interface__` (Python array descriptions, should a launch read any; a torch
+- the same calls under cProfile, each function's own time put into one of five groups: cuTile (its C
+  extension's `launch` and any cuTile Python code), `__cuda_array_interface__` (Python array descriptions, should a launch read any; a torch
   tensor goes to cuTile's launch through DLPack in C), this project's host code (kernels/), the rest of torch
   (custom-op dispatch, autograd, allocation, views), other;
 - the functions with the most own time.
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import os
 import pstats
 import sys
 import time
@@ -40,7 +41,13 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 import bench_kernels  # noqa: E402
 
-GROUPS = ("cuTile launch", "__cuda_array_interface__", "kernels/ (this project)", "torch (other)", "other")
+GROUPS = (
+    "cuTile (its launch, in C and Python)",
+    "__cuda_array_interface__",
+    "kernels/ (this project)",
+    "torch (other)",
+    "other",
+)
 
 
 def group(func: tuple[str, int, str]) -> str:
@@ -48,7 +55,7 @@ def group(func: tuple[str, int, str]) -> str:
     file, _, name = func
     if name == "__cuda_array_interface__":
         return GROUPS[1]
-    if "cuda.tile._cext" in name and "launch" in name:
+    if "cuda.tile" in name or f"cuda{os.sep}tile{os.sep}" in file:  # the C launch and any Python it calls
         return GROUPS[0]
     if file.startswith(str(ROOT / "kernels")):
         return GROUPS[2]
