@@ -4,9 +4,9 @@ asks for 3x Triton's wall clock (2.54x now). This probe calls one bench_kernels 
 
 - host time a call: the time to enqueue N calls (no synchronization inside; the GPU's queue holds them), over N;
 - the same calls under cProfile, each function's own time put into one of five groups: cuTile (its C
-  extension's `launch` and any cuTile Python code), `__cuda_array_interface__` (Python array descriptions, should a launch read any; a torch
-  tensor goes to cuTile's launch through DLPack in C), this project's host code (kernels/), the rest of torch
-  (custom-op dispatch, autograd, allocation, views), other;
+  extension's `launch` and any cuTile Python code), `__cuda_array_interface__` (Python array descriptions,
+  should a launch read any; a torch tensor goes to cuTile's launch through DLPack in C), this project's host
+  code (kernels/), the rest of torch (custom-op dispatch, autograd, allocation, views), other;
 - the functions with the most own time.
 
 cProfile slows Python code more than C code, so the groups' shares are indicative; the first line's figure is
