@@ -6,8 +6,9 @@
 #   scripts/headline.sh step [N]          # the medium model's training step, compiled without CUDA graphs: bench_step.py
 #   scripts/headline.sh step_graphs [N]   # the same step compiled with CUDA graphs (compile mode reduce-overhead)
 #   scripts/headline.sh step_layers [N]   # that step with the cuTile conv + norm (medium.yaml's layers), 4 timed steps
+#   scripts/headline.sh step_l8192 [N]    # the same at L 8192, batch 2 (16384 tokens a step, as at L 2048)
 #   scripts/headline.sh sweep [N]         # the SSD forward alone over the 16 shapes of bench_kernels' sweep
-#   scripts/headline.sh report            # render what results/ holds (no GPU needed; every series above must exist)
+#   scripts/headline.sh report            # render what results/ holds (no GPU needed): BENCHMARKS.md's command
 #
 # Backends alternate within each process; cuTile and Triton are both tuned and warmed before timing. Each
 # process prints its wall time. The first `kernels` process compiles and tunes at both shapes (the later ones
@@ -26,13 +27,18 @@
 # README.md are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: scripts/headline.sh kernels|step|step_graphs|step_layers|sweep|report}
+part=${1:?usage: scripts/headline.sh kernels|step|step_graphs|step_layers|step_l8192|sweep|report}
 results=${RESULTS:-results}
 kernels_series=kernels_h200_headline
 step_series=step_h200_compiled
 graphs_series=step_h200_cudagraphs
 layers_series=step_h200_layers_graphs_quick
+l8192_series=step_h200_l8192_layers_graphs_quick
 sweep_series=kernels_h200_sweep
+# single-process runs the report shows labelled "1 run" until a series replaces them
+step_quick=step_h200_compile_quick
+l8192_quick=step_h200_l8192_quick
+scaling_run=scaling_h200x2
 
 only=${2:-}
 case $only in "" | 1 | 2 | 3) ;; *) echo "scripts/headline.sh: process number must be 1, 2 or 3" >&2 && exit 2 ;; esac
@@ -81,16 +87,33 @@ step_layers)
     run3 "$layers_series" python scripts/bench_step.py --configs medium --modes compile --compile_mode reduce-overhead \
         --backends standin+conv+norm,triton,triton+conv+norm,cutile_bwd+conv+norm,cutile+conv+norm --quick --autotune
     ;;
+step_l8192)
+    # no precompile: bench_kernels has no shape set for this SSD shape (batch 2, L 8192, 24 heads), so process 1
+    # compiles as it tunes
+    run3 "$l8192_series" python scripts/bench_step.py --configs medium --seqlens 8192 --modes compile \
+        --compile_mode reduce-overhead --backends standin+conv+norm,triton+conv+norm,cutile_bwd+conv+norm,cutile+conv+norm \
+        --quick --autotune
+    ;;
 sweep)
     precompile sweep --modes fwd --no-triton
     run3 "$sweep_series" python scripts/bench_kernels.py --shapes sweep --backends cutile,triton --modes fwd --autotune
     ;;
 report)
-    python scripts/report.py --results "$results" --out "${OUT:-.}" --kernels "$kernels_series" \
-        --step "$step_series,$graphs_series,$layers_series" --sweep "$sweep_series"
+    # BENCHMARKS.md's first line is this command's, so rerunning it on the committed results changes nothing. The
+    # step without CUDA graphs comes from its series once that exists, else from the single run; it, the L 8192
+    # runs and the scaling run are left out when absent. The other series must exist.
+    [ -f "$results/$step_series.json" ] && step_quick=$step_series
+    steps=$graphs_series,$layers_series
+    [ -f "$results/$step_quick.json" ] && steps=$step_quick,$steps
+    for s in "$l8192_quick" "$l8192_series"; do [ -f "$results/$s.json" ] && steps=$steps,$s; done
+    scaling=()
+    [ -f "$results/$scaling_run.json" ] && scaling=(--scaling "$scaling_run")
+    python scripts/report.py --results "$results" --out "${OUT:-.}" --kernels "$kernels_series" --step "$steps" \
+        "${scaling[@]}" --sweep "$sweep_series"
     ;;
 *)
-    echo "scripts/headline.sh: unknown part '$part'; use kernels, step, step_graphs, step_layers, sweep or report" >&2
+    echo "scripts/headline.sh: unknown part '$part'; use kernels, step, step_graphs, step_layers, step_l8192, sweep" \
+        "or report" >&2
     exit 2
     ;;
 esac

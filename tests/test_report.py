@@ -271,8 +271,8 @@ def test_report_names_a_missing_scaling_series(tmp_path):
 
 
 def test_headline_script_renders_its_own_series(tmp_path):
-    """scripts/headline.sh report: the series its kernels, step, step_graphs, step_layers and sweep parts write,
-    three kernel processes pooled."""
+    """scripts/headline.sh report: the series its kernels, step, step_graphs, step_layers, step_l8192 and sweep
+    parts write, three kernel processes pooled; no scaling run, none shown."""
     walls = [{"cutilereference": 0.5, "triton": t, "cutilecutile": 0.25} for t in (1.2, 1.0, 1.5)]
     write(tmp_path / "kernels_h200_headline.json", kernel_run(walls[0]))
     for i, w in enumerate(walls[1:], 2):
@@ -282,6 +282,7 @@ def test_headline_script_renders_its_own_series(tmp_path):
     layers = compiled_step_run(65.0, "reduce-overhead")
     layers["records"] = [{**r, "config": {**CONFIG, "conv_backend": "cutile"}} for r in layers["records"]]
     write(tmp_path / "step_h200_layers_graphs_quick.json", layers)
+    write(tmp_path / "step_h200_l8192_layers_graphs_quick.json", layers)
     write(tmp_path / "kernels_h200_sweep.json", kernel_run(walls[0]))
     (tmp_path / "README.md").write_text("<!-- headline:start -->\n<!-- headline:end -->\n")
     env = {**os.environ, "RESULTS": str(tmp_path), "OUT": str(tmp_path)}
@@ -290,9 +291,12 @@ def test_headline_script_renders_its_own_series(tmp_path):
     ratios = sorted(w["triton"] / w["cutilereference"] for w in walls)
     head = (tmp_path / "README.md").read_text()
     assert f"{ratios[1]:.2f}x [{ratios[0]:.2f}x–{ratios[2]:.2f}x]" in head
-    for name in ("step_h200_compiled", "step_h200_cudagraphs", "step_h200_layers_graphs_quick"):  # one run each
+    series = ("step_h200_compiled", "step_h200_cudagraphs", "step_h200_layers_graphs_quick")
+    for name in (*series, "step_h200_l8192_layers_graphs_quick"):  # one run each
         assert f"{name}.json" in head
-    assert "## The SSD over the shape sweep" in (tmp_path / "BENCHMARKS.md").read_text()
+    text = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "## The SSD over the shape sweep" in text and "## Scaling" not in text
+    assert "step_h200_compile_quick" not in text  # the series replaces the single run
     bad = subprocess.run(["bash", "scripts/headline.sh", "kernels", "4"], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "1, 2 or 3" in bad.stderr
 
