@@ -4,7 +4,9 @@ For each shape, backends are timed alternately (repeat r of every backend before
 any), after a warm-up that is timed on its own (first-call compilation and autotuning). Reported
 per backend: wall time per call (CUDA events, launch gaps included) with median and spread over
 repeats, GPU kernel time per call (torch.profiler), achieved GB/s over the SSD's minimal traffic
-and TFLOP/s of the chunked algorithm, against ceilings measured in the same run.
+and TFLOP/s of the chunked algorithm, against ceilings measured in the same run. With both modes, each
+shape ends with every variant's backward on GPU time (forward + backward less its backend's forward, the same
+process) and Triton's over it.
 
     python scripts/bench_kernels.py --out results/kernels.json            # seed shape + sweep
     python scripts/bench_kernels.py --shapes seed,step --autotune         # seed, and one layer of the medium step
@@ -171,7 +173,23 @@ def bench_shape(shape: Shape, variants: list[str], modes: list[str], repeats: in
         del fns
         if device == "cuda":
             torch.cuda.empty_cache()
+    for variant, bwd_ms, over_triton in backward_shares(records):
+        ratio = "" if over_triton is None else f"  over triton {over_triton:.3f}x"
+        print(f"L={shape.seqlen:6d} n={shape.dstate:3d} bwd     {variant:13s} gpu {bwd_ms:8.3f} ms{ratio}", flush=True)
     return records
+
+
+def backward_shares(records: list[dict]) -> list[tuple[str, float, float | None]]:
+    """Each variant's backward as forward + backward less its backend's forward, in GPU ms, from one shape's
+    records of one process; with Triton's over it where Triton ran both modes (above 1: faster than Triton)."""
+    fwd = {r["backend"]: r["gpu_ms"] for r in records if r["mode"] == "fwd" and r["gpu_ms"] is not None}
+    rows = []
+    for r in records:
+        if r["mode"] == "fwd_bwd" and r["gpu_ms"] is not None and r["backend"] in fwd:
+            name = r["backend"] if r["backward"] == "reference" else f"{r['backend']}:{r['backward']}"
+            rows.append((name, r["gpu_ms"] - fwd[r["backend"]]))
+    triton = dict(rows).get("triton")
+    return [(name, ms, None if triton is None or name == "triton" else triton / ms) for name, ms in rows]
 
 
 def fail(message: str) -> int:

@@ -69,6 +69,29 @@ def test_bench_kernels_times_a_forward_for_a_backend_asked_for_only_with_its_bac
     assert [(r["mode"], r["backend"], r["backward"]) for r in records] == [("fwd", "torch", "reference")]
 
 
+def test_bench_kernels_backward_shares_subtract_each_backends_forward():
+    sys.path.insert(0, str(ROOT))
+    from scripts import bench_kernels
+
+    def rec(mode, backend, backward, gpu_ms):
+        return {"mode": mode, "backend": backend, "backward": backward, "gpu_ms": gpu_ms}
+
+    records = [
+        rec("fwd", "cutile", "reference", 0.2),
+        rec("fwd", "triton", "reference", 0.3),
+        rec("fwd_bwd", "cutile", "cutile", 0.6),
+        rec("fwd_bwd", "cutile", "reference", 7.2),
+        rec("fwd_bwd", "triton", "reference", 1.1),
+    ]
+    rows = bench_kernels.backward_shares(records)
+    assert [(name, round(ms, 6), None if r is None else round(r, 6)) for name, ms, r in rows] == [
+        ("cutile:cutile", 0.4, 2.0),
+        ("cutile", 7.0, round(0.8 / 7.0, 6)),
+        ("triton", 0.8, None),
+    ]
+    assert bench_kernels.backward_shares([rec("fwd_bwd", "torch", "reference", None)]) == []  # off GPU: no times
+
+
 def test_bench_kernels_refuses_unknown_modes_and_shapes_in_one_line(tmp_path):
     for option, value, unknown in (("--modes", "fwd,bogus", "'bogus'"), ("--shapes", "seed,huge", "'huge'")):
         done = subprocess.run(
