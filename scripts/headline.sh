@@ -76,7 +76,7 @@ step)
     ;;
 step_graphs)
     precompile step
-    # cutile with the reference backward has not run under CUDA graphs yet: a failing variant loses the cell
+    # without the reference backward (the series as committed); with the cuTile layers, step_layers has it
     run3 "$graphs_series" python scripts/bench_step.py --configs medium --modes compile --compile_mode reduce-overhead \
         --backends standin,triton,cutile_bwd --autotune
     ;;
