@@ -13,7 +13,6 @@ import torch
 
 from kernels.cutile import aot, toolchain
 from kernels.cutile import ssd as cutile_ssd
-from kernels.reference import ssd_chunked
 
 
 @pytest.mark.slow
@@ -94,37 +93,49 @@ def test_cpu_tensors_are_refused_by_the_kernels_wrapper():
         cutile_ssd.check_inputs(inputs | {"D": None, "dt_bias": None, "initial_states": None}, 64, "reference")
 
 
-def test_bad_backward_name_is_refused():
+def test_bad_backward_is_refused():
+    """An unknown backward name, and the cutile backward asked of another backend: one clear line each."""
+    import kernels
+
     x = torch.randn(1, 8, 2, 4)
     args = (torch.rand(1, 8, 2), -torch.ones(2), torch.randn(1, 8, 1, 4), torch.randn(1, 8, 1, 4))
-    with pytest.raises(ValueError, match="needs the cutile backend"):
-        import kernels
-
+    with pytest.raises(ValueError, match=r"backward must be one of reference, cutile, got 'bogus'"):
+        kernels.ssd(x, *args, 16, backend="torch", backward="bogus")
+    with pytest.raises(ValueError, match="backward='cutile' needs the cutile backend; the torch backend has its own"):
         kernels.ssd(x, *args, 16, backend="torch", backward="cutile")
 
 
-def test_backward_op_equals_reference_autograd():
+def test_backward_op_equals_the_closed_form_gradients():
+    """The op's reference backward (autograd through ssd_chunked) against an independent oracle, the closed-form
+    passes of kernels.reference_backward, in float64; then with bfloat16 inputs, x a non-contiguous view: each
+    gradient in its input's dtype, contiguous, within bfloat16 rounding of the float64 gradients of those inputs."""
+    from kernels.reference_backward import ssd_backward
+
     torch.manual_seed(0)
     b, l, h, p, g, n = 2, 37, 4, 8, 2, 6
-    inputs = [
-        torch.randn(b, l, h, p),
-        torch.randn(b, l, h),
-        -torch.rand(h),
-        torch.randn(b, l, g, n),
-        torch.randn(b, l, g, n),
-        torch.randn(h),
-        torch.randn(h),
-        torch.randn(b, h, p, n),
-    ]
-    dy, dfinal = torch.randn(b, l, h, p), torch.randn(b, h, p, n)
+    shapes = [(b, l, h, p), (b, l, h), (h,), (b, l, g, n), (b, l, g, n), (h,), (h,), (b, h, p, n)]
+    inputs = [torch.randn(s, dtype=torch.float64) for s in shapes]
+    inputs[2] = -inputs[2].abs()  # A < 0
+    dy, dfinal = torch.randn(b, l, h, p, dtype=torch.float64), torch.randn(b, h, p, n, dtype=torch.float64)
     x, dt, A, B, C, D, bias, init = inputs
     grads = cutile_ssd.ssd_bwd(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init, "reference")
-    leaves = [t.clone().requires_grad_(True) for t in inputs]
-    y, s = ssd_chunked(*leaves[:5], 16, leaves[5], leaves[6], True, leaves[7])
-    expected = torch.autograd.grad((y, s), leaves, (dy, dfinal))
-    for got, want in zip(grads, expected):
-        torch.testing.assert_close(got, want)
+    want = ssd_backward(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init)
+    for got, w in zip(grads, want, strict=True):
+        torch.testing.assert_close(got, w, rtol=1e-9, atol=1e-9)
         assert got.is_contiguous()
+
+    half = [t.to(torch.bfloat16) for t in (x, B, C)]
+    x16 = torch.zeros(b, l, h + 1, p, dtype=torch.bfloat16)[:, :, :h].copy_(half[0])  # a view, last stride 1
+    assert not x16.is_contiguous()
+    grads = cutile_ssd.ssd_bwd(
+        dy.float(), dfinal.float(), x16, dt, A, half[1], half[2], 16, D, bias, True, init, "reference"
+    )
+    want = ssd_backward(
+        dy.float().double(), dfinal, x16.double(), dt, A, half[1].double(), half[2].double(), 16, D, bias, True, init
+    )
+    for got, w, given in zip(grads, want, (x16, dt, A, *half[1:], D, bias, init), strict=True):
+        assert got.dtype == given.dtype and got.is_contiguous()
+        torch.testing.assert_close(got.double(), w, rtol=2e-2, atol=2e-2 * float(w.abs().max()))
     absent = cutile_ssd.ssd_bwd(dy, None, x, dt, A, B, C, 16, None, None, True, None, "reference")
     assert absent[5].numel() == absent[6].numel() == absent[7].numel() == 0
 
@@ -177,13 +188,13 @@ def test_backward_hands_stage_1s_third_output_to_bwd_dx():
         assert (a is None and w is None) or torch.equal(a, w)
 
 
-def test_unused_outputs_reach_the_backward_as_none():
+def test_unused_outputs_reach_the_backward_as_none(monkeypatch):
     """The op's autograd context does not materialize gradients: a final state the loss does not use reaches
     _backward and ssd_bwd as None (no fill of zeros, and bwd_pass_state starts from zero without a load)."""
 
     class Ctx:
         def save_for_backward(self, *tensors):
-            self.saved = tensors
+            self.saved_tensors = tensors
 
         def set_materialize_grads(self, value):
             self.materialize = value
@@ -192,6 +203,19 @@ def test_unused_outputs_reach_the_backward_as_none():
     t = torch.zeros(1)
     cutile_ssd._setup_context(ctx, (t, t, t, t, t, 64, None, None, True, None, "cutile"), (t, t))
     assert ctx.materialize is False and ctx.backward == "cutile"
+
+    received = []
+
+    def ssd_bwd(dy, dfinal, *rest):
+        received.append(dfinal)
+        return [torch.ones(1)] * 8
+
+    monkeypatch.setattr(cutile_ssd, "ssd_bwd", ssd_bwd)
+    grads = cutile_ssd._backward(ctx, torch.ones(1), None)
+    assert received == [None]
+    # dx, ddt, dA, dB, dC; then chunk_size, D, dt_bias, dt_softplus, initial_states, backward: None (D, dt_bias and
+    # initial_states absent here, the rest not tensors)
+    assert [g is None for g in grads] == [False] * 5 + [True] * 6
 
 
 def test_tuning_choice_is_decided_once_per_shape(tmp_path, monkeypatch):
