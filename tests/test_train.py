@@ -100,5 +100,10 @@ def test_generate_greedy_matches_the_forward_pass(finished_run):
                 break
             new.append(nxt)
     assert done.stdout == prompt + tokenizer.decode(new) + "\n"
-    sampled = run_script("scripts/generate.py", str(ckpt), "--max_new_tokens", "8", "--top_k", "5", "--seed", "1")
-    assert sampled.returncode == 0 and sampled.stdout.startswith("def ")
+    # Sampling: one seed, one text; top_k 1 leaves only the most likely token, so it decodes greedily.
+    sample = ("scripts/generate.py", str(ckpt), "--prompt", prompt, "--max_new_tokens", str(n))
+    first, again = (run_script(*sample, "--top_k", "5", "--seed", "1") for _ in range(2))
+    assert first.returncode == 0 and first.stdout == again.stdout
+    assert first.stdout.startswith(prompt) and len(first.stdout) > len(prompt) + 1  # tokens followed the prompt
+    top1 = run_script(*sample, "--top_k", "1", "--seed", "2")
+    assert top1.returncode == 0 and top1.stdout == done.stdout
