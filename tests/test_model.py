@@ -48,9 +48,10 @@ def test_mamba2_initialisation():
     for layer in model.layers:
         assert torch.equal(layer.D, torch.ones(cfg.nheads))
         A = torch.exp(layer.A_log)
-        assert ((A >= 1.0) & (A <= 16.0)).all()
-        dt = torch.nn.functional.softplus(layer.dt_bias)
-        assert ((dt >= cfg.dt_init_floor * 0.999) & (dt <= cfg.dt_max * 1.001)).all()
+        low, high = cfg.A_init_range
+        assert ((A >= low * 0.999) & (A <= high * 1.001)).all()
+        dt = torch.nn.functional.softplus(layer.dt_bias)  # log-uniform in [dt_min, dt_max]
+        assert ((dt >= cfg.dt_min * 0.999) & (dt <= cfg.dt_max * 1.001)).all()
         assert all(getattr(p, "_no_weight_decay", False) for p in (layer.A_log, layer.D, layer.dt_bias))
 
 
@@ -66,7 +67,9 @@ def test_step_by_step_equals_full_forward():
             c["ssm"] = c["ssm"].double()
         steps = torch.stack([model.step(tokens[:, t], cache) for t in range(19)], dim=1)
     torch.testing.assert_close(steps, full, rtol=1e-9, atol=1e-9)
-    assert cache[0]["ssm"].shape == (2, 4, 16, 8) and cache[0]["conv"].shape[-1] == 4
+    cfg = Mamba2Config(**CFG)
+    assert cache[0]["ssm"].shape == (2, cfg.nheads, cfg.headdim, cfg.d_state)
+    assert cache[0]["conv"].shape[-1] == cfg.d_conv
 
 
 def test_initial_loss_is_near_uniform():

@@ -79,5 +79,6 @@ def test_padding_tokens_do_not_leak_into_the_final_state_gradient():
     dfinal = torch.randn(1, 2, 4, 8, dtype=F64, generator=torch.Generator().manual_seed(3))
     expected = autograd_grads(t, dy, dfinal, 64, True)
     got = ref_bwd.ssd_backward(dy, dfinal, *(t[k] for k in NAMES[:5]), 64, t["D"], t["dt_bias"], True, None)
-    torch.testing.assert_close(got[1], expected["dt"], rtol=1e-10, atol=1e-10)
-    torch.testing.assert_close(got[2], expected["A"], rtol=1e-10, atol=1e-10)
+    for name, g_got in zip(NAMES, got):  # dy = 0: only the final state's gradient flows, every input's but C's
+        if t[name] is not None:
+            torch.testing.assert_close(g_got, expected[name], rtol=1e-10, atol=1e-10, msg=name)

@@ -31,11 +31,14 @@ def run_report(results: Path, out: Path, *extra: str) -> subprocess.CompletedPro
 
 
 def kernel_run(walls: dict[str, float], settings: dict | None = None) -> dict:
-    """One bench_kernels process: a fwd and a fwd_bwd record per backend at two sequence lengths."""
+    """One bench_kernels process at two sequence lengths: a fwd_bwd record per backend and backward, and, as
+    bench_kernels writes them, one fwd record per backend (cutile's, labelled with the reference backward)."""
     records = []
     for seqlen in (256, 1024):
         for mode in ("fwd", "fwd_bwd"):
             for backend, backward in KERNEL_BACKENDS:
+                if mode == "fwd" and backward not in (None, "reference"):
+                    continue
                 wall = walls[backend + (backward or "")] * seqlen / 256 * (3 if mode == "fwd_bwd" else 1)
                 rec = {"shape": {**SHAPE, "seqlen": seqlen}, "mode": mode, "backend": backend}
                 rec |= {"wall_ms": {"median": wall}, "gpu_ms": wall / 2, "GBps_gpu": 100.0, "kernels_per_call": 3}
@@ -147,9 +150,11 @@ def test_report_pools_runs_and_renders_what_the_json_holds(tmp_path):
     kernel_table = text.split("## The SSD alone")[1].split("## The training step")[0]
     first = [kernel_table.index(f"| {name} |") for name in labels]
     assert first == sorted(first)
-    # The backward alone: forward + backward less forward, within each run (here 2x the forward's GPU time).
+    # The backward alone: forward + backward less its backend's forward, within each run (GPU time: half the wall;
+    # forward + backward, 3x the forward's wall); the cuTile backward's less the one cuTile forward.
     for name, key in (("cutile + cutile backward", "cutilecutile"), ("triton", "triton")):
-        gpu = [2 * w[key] / 2 for w in walls]
+        fwd_key = "cutilereference" if key == "cutilecutile" else key
+        gpu = [(3 * w[key] - w[fwd_key]) / 2 for w in walls]
         want = f"{ms(statistics.median(gpu))} [{ms(min(gpu))}–{ms(max(gpu))}]"
         assert (
             f"| bwd | 256 | {name} | " in kernel_table
@@ -159,7 +164,9 @@ def test_report_pools_runs_and_renders_what_the_json_holds(tmp_path):
     cutile = labels[0]
     for backend, mode in ((cutile, "eager"), ("stand-in", "eager"), (cutile, "compile"), ("triton", "compile")):
         assert f"| {mode} | {backend} |" in step_table
-    assert "| stand-in | 60.0 | 18.0 | 36.0 | 6.000 | – | – |" in step_table
+    rest = next(r for r in step_run()["records"] if r["backend"] == "stand-in")["median"]  # step, fwd, bwd, optimizer
+    row = f"| stand-in | {rest['step_ms']:.1f} | {rest['forward_ms']:.1f} | {rest['backward_ms']:.1f} | "
+    assert row + f"{rest['optimizer_ms']:.3f} | – | – |" in step_table
     assert f"gpu {GPU}" in text and "batch 3, heads 5" in text and "H200" not in text + head
 
     # Amdahl, recomputed here from the synthetic step: only rows with the SSD timed for both backends.

@@ -67,16 +67,16 @@ def test_fsdp_bf16_mixed_keeps_float32_parameters_and_reduction():
     assert given.mixed_precision_config is lightnings  # an explicit choice is kept
 
 
-@pytest.mark.parametrize("rank,shown", [("0", True), ("1", False)])
-def test_auto_backend_line_on_global_rank_zero_only(monkeypatch, caplog, rank, shown):
-    monkeypatch.setenv("RANK", rank)
+def test_auto_backend_line_on_global_rank_zero_only(monkeypatch, caplog):
+    """Rank 0 says which backend auto chose (tests/test_ssd_entry.py); the other ranks choose silently."""
+    monkeypatch.setenv("RANK", "1")
     kernels.backends._resolve.cache_clear()
     try:
         with caplog.at_level(logging.WARNING, logger="kernels"):
             assert kernels.backends.resolve("auto", "cpu") == "torch"
     finally:
         kernels.backends._resolve.cache_clear()
-    assert ("SSD backend auto -> torch" in caplog.text) == shown
+    assert "SSD backend auto" not in caplog.text
 
 
 def _train(root, corpus, strategy: str) -> subprocess.CompletedProcess:

@@ -34,7 +34,6 @@ def test_each_stage_moves_its_tensors_once_on_a_tiny_shape():
         "chunk_cumsum_bwd": Traffic(4 * ROW + 2 * VEC + DT, DT + 2 * 1 * 2 * 2 * 4),
     }
     assert {stage: stage_traffic(stage, TINY) for stage in STAGES} == by_hand
-    assert by_hand["chunk_cumsum"] == Traffic(36, 128) and by_hand["bwd_dbc"].total == 1472 + 224
     assert ssd_io(TINY) == Traffic(X + 2 * BC + DT + 3 * VEC, X)
 
 
