@@ -327,11 +327,12 @@ def _fwd_default(sizes: list[int]) -> ConvConfig | None:
 
 
 def _conv_fwd_parts(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, sizes: list[int]
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, sizes: list[int], default: ConvConfig
 ) -> list[torch.Tensor]:
     """SiLU(causal depthwise conv1d(x)) in one launch over x's channels (b, l, c), stored as one contiguous
     (b, l, size) output per part: `sizes` are consecutive channel parts adding up to c (one, or up to three, each a
-    multiple of the chosen TILE_C: the kernel picks a program's output by its column block)."""
+    multiple of the chosen TILE_C: the kernel picks a program's output by its column block). `default`, used
+    untuned: DEFAULT_FWD for one part, `_fwd_default(sizes)` for several."""
     check_inputs(x, weight, bias)
     x, w32, b32 = _operands(x, weight, bias)
     b, l, c = x.shape
@@ -340,9 +341,6 @@ def _conv_fwd_parts(
     k = w32.shape[1]
     ys = [torch.empty((b, l, n), device=x.device, dtype=x.dtype) for n in sizes]
     y0, y1, y2 = _slots(ys)
-    default = DEFAULT_FWD if len(sizes) == 1 else _fwd_default(sizes)
-    if default is None:
-        raise ValueError(f"cutile conv: no forward tile's columns divide every part of {sizes}")
 
     def space() -> list[ConvConfig]:  # several parts: the tiles whose column blocks never straddle two
         return [cfg for cfg in fwd_space() if _whole_tiles(sizes, cfg.TILE_C)]
@@ -361,14 +359,13 @@ def _conv_fwd_parts(
 def conv_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """SiLU(causal depthwise conv1d(x)). x (b, l, c) (any strides, last 1 or copied), weight (c, k), bias (c,)
     or None -> y (b, l, c) contiguous, in x's dtype."""
-    return _conv_fwd_parts(x, weight, bias, [x.shape[-1]])[0]
+    return _conv_fwd_parts(x, weight, bias, [x.shape[-1]], DEFAULT_FWD)[0]
 
 
-def _one_launch(sizes: list[int], default: ConvConfig = DEFAULT_BWD) -> bool:
-    """Whether a kernel takes the parts in one launch: at most three, each a whole number of the default's column
-    tiles (the backward's gv kernel at DEFAULT_BWD; the forward's at `_fwd_default`); the tuned ones are restricted
-    to tiles dividing every part."""
-    return 1 < len(sizes) <= MAX_PARTS and _whole_tiles(sizes, default.TILE_C)
+def _one_launch(sizes: list[int]) -> bool:
+    """Whether the backward takes the parts in one gv launch: at most three, each a whole number of the default's
+    column tiles (the tuned ones are restricted to tiles dividing every part)."""
+    return 1 < len(sizes) <= MAX_PARTS and _whole_tiles(sizes, DEFAULT_BWD.TILE_C)
 
 
 def _conv_bwd_sums(
@@ -466,9 +463,9 @@ def _conv_fwd_op(
     # parts of whole column tiles (Mamba-2's x, B and C): one launch over all channels stores each program's tile
     # into its column block's part. Otherwise each part is its own conv on a channel slice (a strided view, no
     # copy). Either way contiguous outputs
-    default = _fwd_default(sizes)
-    if default is not None and _one_launch(sizes, default):
-        return _conv_fwd_parts(x, weight, bias, list(sizes))
+    default = _fwd_default(sizes) if 1 < len(sizes) <= MAX_PARTS else None  # its tiles divide every part
+    if default is not None:
+        return _conv_fwd_parts(x, weight, bias, list(sizes), default)
     return [conv_fwd(x[..., lo:hi], weight[lo:hi], None if bias is None else bias[lo:hi]) for lo, hi in _bounds(sizes)]
 
 
