@@ -27,7 +27,7 @@ import kernels
 from kernels.cutile.traffic import SSDShape, ssd_io
 from kernels.testing import random_inputs
 from lightning_modules.measure.environment import available_backends, environment
-from lightning_modules.measure.results import write_json
+from lightning_modules.measure.results import backward_records, write_json
 from lightning_modules.measure.timing import ceilings, gpu_kernel_ms, summarize, wall_ms
 
 
@@ -180,14 +180,13 @@ def bench_shape(shape: Shape, variants: list[str], modes: list[str], repeats: in
 
 
 def backward_shares(records: list[dict]) -> list[tuple[str, float, float | None]]:
-    """Each variant's backward as forward + backward less its backend's forward, in GPU ms, from one shape's
-    records of one process; with Triton's over it where Triton ran both modes (above 1: faster than Triton)."""
-    fwd = {r["backend"]: r["gpu_ms"] for r in records if r["mode"] == "fwd" and r["gpu_ms"] is not None}
-    rows = []
-    for r in records:
-        if r["mode"] == "fwd_bwd" and r["gpu_ms"] is not None and r["backend"] in fwd:
-            name = r["backend"] if r["backward"] == "reference" else f"{r['backend']}:{r['backward']}"
-            rows.append((name, r["gpu_ms"] - fwd[r["backend"]]))
+    """Each variant's backward on GPU time (`backward_records`: forward + backward less its backend's forward) from
+    one shape's records of one process, with Triton's over it where Triton ran both modes (above 1: faster)."""
+    rows = [
+        (r["backend"] if r["backward"] == "reference" else f"{r['backend']}:{r['backward']}", r["gpu_ms"])
+        for r in backward_records(records)
+        if r["gpu_ms"] is not None
+    ]
     triton = dict(rows).get("triton")
     return [(name, ms, None if triton is None or name == "triton" else triton / ms) for name, ms in rows]
 

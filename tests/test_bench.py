@@ -73,8 +73,11 @@ def test_bench_kernels_backward_shares_subtract_each_backends_forward():
     sys.path.insert(0, str(ROOT))
     from scripts import bench_kernels
 
-    def rec(mode, backend, backward, gpu_ms):
-        return {"mode": mode, "backend": backend, "backward": backward, "gpu_ms": gpu_ms}
+    def rec(mode, backend, backward, gpu_ms):  # as bench_shape writes them, at one shape
+        shape = {"batch": 1, "seqlen": 96}
+        return {"mode": mode, "backend": backend, "backward": backward, "gpu_ms": gpu_ms, "shape": shape} | {
+            "wall_ms": {"median": 1.0 if gpu_ms is None else 2 * gpu_ms}
+        }
 
     records = [
         rec("fwd", "cutile", "reference", 0.2),

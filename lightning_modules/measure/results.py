@@ -17,3 +17,32 @@ def write_json(path: str | Path, payload: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, separators=(",", ":"), default=str) + "\n")
     return path
+
+
+def backward_records(records: list[dict]) -> list[dict]:
+    """The backward alone, by subtraction within one process: a record of mode "bwd" for each forward + backward
+    record with a forward record of its backend at its shape, the one of its own backward where there are several
+    (the forward does not depend on the backward; bench_kernels times it once per backend)."""
+    forward: dict[tuple, list[dict]] = {}
+    for rec in records:
+        if rec["mode"] == "fwd" and "error" not in rec:
+            forward.setdefault((rec["backend"], json.dumps(rec["shape"], sort_keys=True)), []).append(rec)
+    out = []
+    for rec in records:
+        found = forward.get((rec["backend"], json.dumps(rec["shape"], sort_keys=True)), [])
+        found = [f for f in found if f.get("backward") == rec.get("backward")] if len(found) > 1 else found
+        if rec["mode"] != "fwd_bwd" or "error" in rec or len(found) != 1:
+            continue
+        (fwd,) = found
+        gpu = rec.get("gpu_ms") - fwd["gpu_ms"] if None not in (rec.get("gpu_ms"), fwd.get("gpu_ms")) else None
+        launches = [r.get("kernels_per_call") for r in (rec, fwd)]
+        out.append(
+            {
+                **{k: rec[k] for k in ("backend", "backward", "shape") if k in rec},
+                "mode": "bwd",
+                "gpu_ms": gpu,
+                "wall_ms": {"median": rec["wall_ms"]["median"] - fwd["wall_ms"]["median"]},
+                "kernels_per_call": launches[0] - launches[1] if None not in launches else None,
+            }
+        )
+    return out
