@@ -278,3 +278,12 @@ def test_bench_step_keeps_the_other_rows_when_a_variant_fails(tmp_path, monkeypa
     assert failed["variant"] == "standin" and "stand-in broken on purpose" in failed["error"]
     assert failed["mode"] == "eager" and failed["size"] == "tiny"
     assert "FAILED tiny L=64 standin: RuntimeError: stand-in broken on purpose" in capsys.readouterr().out
+
+
+def test_gpu_time_counts_overlapping_kernels_once():
+    """GPU time is the union of the kernels' intervals: kernels on two streams at once count once, gaps not at all."""
+    from lightning_modules.measure.timing import busy_us
+
+    assert busy_us([]) == 0
+    assert busy_us([(0, 4), (10, 13)]) == 7  # one stream: the durations' sum
+    assert busy_us([(10, 20), (0, 12), (15, 18), (30, 31), (30.5, 32)]) == 22  # overlaps, nesting, any order
