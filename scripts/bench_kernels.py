@@ -3,10 +3,10 @@
 For each shape, backends are timed alternately (repeat r of every backend before repeat r + 1 of
 any), after a warm-up that is timed on its own (first-call compilation and autotuning). Reported
 per backend: wall time per call (CUDA events, launch gaps included) with median and spread over
-repeats, GPU kernel time per call (torch.profiler), achieved GB/s over the SSD's minimal traffic
-and TFLOP/s of the chunked algorithm, against ceilings measured in the same run. With both modes, each
-shape ends with every variant's backward on GPU time (forward + backward less its backend's forward, the same
-process) and Triton's over it.
+repeats, GPU time per call (torch.profiler; kernels running at once on two streams count once),
+achieved GB/s over the SSD's minimal traffic and TFLOP/s of the chunked algorithm, against ceilings
+measured in the same run. With both modes, each shape ends with every variant's backward on GPU time
+(forward + backward less its backend's forward, the same process) and Triton's over it.
 
     python scripts/bench_kernels.py --out results/kernels.json            # seed shape + sweep
     python scripts/bench_kernels.py --shapes seed,step --autotune         # seed, and one layer of the medium step
@@ -54,11 +54,12 @@ class Shape:
 
 SEED = Shape(4, 16384, 8, 64, 128)
 STEP = Shape(8, 2048, 24, 64, 128)  # one layer's SSD in the medium model's step (configs/medium.yaml, batch 8)
+STEP_L8192 = Shape(2, 8192, 24, 64, 128)  # the same at L 8192, batch 2 (scripts/headline.sh step_l8192)
 # L 2048-16384 x state 64 and 128 x head dim 64 and 128 (8 heads, batch 4)
 SWEEP = [Shape(4, l, 8, p, n) for p in (64, 128) for n in (64, 128) for l in (2048, 4096, 8192, 16384)]
 TINY = [Shape(1, 96, 2, 16, 8, chunk_size=32, dtype="float32")]
 TOP_KERNELS = 16  # kernels per record whose GPU times are kept (a cuTile forward + backward launches 10 kinds)
-SHAPE_SETS = {"seed": [SEED], "step": [STEP], "sweep": SWEEP, "tiny": TINY}
+SHAPE_SETS = {"seed": [SEED], "step": [STEP], "step_l8192": [STEP_L8192], "sweep": SWEEP, "tiny": TINY}
 SHAPE_SETS |= {f"sweep_n{n}": [s for s in SWEEP if s.dstate == n] for n in (64, 128)}  # its halves, one call each
 MODES = ("fwd", "fwd_bwd")  # the forward alone (no autograd), forward + backward (gradients of every input)
 
@@ -157,6 +158,7 @@ def bench_shape(shape: Shape, variants: list[str], modes: list[str], repeats: in
                 "backward": split(backend)[1],
                 "wall_ms": wall,
                 "gpu_ms": gpu_ms if measured else None,
+                "gpu_kernel_sum_ms": prof["kernel_sum_ms"] if measured else None,  # above gpu_ms: streams overlapped
                 "kernels_per_call": launches,
                 "top_kernels_ms": (top := dict(list(prof["by_kernel"].items())[:TOP_KERNELS])),
                 "kernel_launches": {name: prof["launches"][name] for name in top},  # per call
@@ -203,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--shapes",
         default="sweep",
-        help=f"comma-separated sets of shapes: {', '.join(SHAPE_SETS)} (step: one layer of the medium model's step)",
+        help=f"comma-separated sets of shapes: {', '.join(SHAPE_SETS)} (step, step_l8192: one layer of the medium model's step at L 2048, 8192)",
     )
     ap.add_argument(
         "--backends",

@@ -2,7 +2,7 @@
 # The headline figures: each benchmark run in three separate processes with the same settings (a figure is
 # the median of the three, shown with its min-max), then BENCHMARKS.md, the plots and README's headline block.
 #
-#   scripts/headline.sh kernels [N]       # the SSD alone at the seed shape and the step's: bench_kernels.py, processes 1-3 or N
+#   scripts/headline.sh kernels [N]       # the SSD alone at the seed shape and the steps' (L 2048, 8192): bench_kernels.py
 #   scripts/headline.sh step [N]          # the medium model's training step, compiled without CUDA graphs: bench_step.py
 #   scripts/headline.sh step_graphs [N]   # the same step compiled with CUDA graphs (compile mode reduce-overhead)
 #   scripts/headline.sh step_layers [N]   # that step with the cuTile conv + norm (medium.yaml's layers), 4 timed steps
@@ -63,8 +63,8 @@ precompile() {  # precompile SHAPES [OPTION...]: compile tuning's candidates at 
 
 case $part in
 kernels)
-    precompile seed,step
-    run3 "$kernels_series" python scripts/bench_kernels.py --shapes seed,step --backends cutile,cutile:cutile,triton \
+    precompile seed,step,step_l8192
+    run3 "$kernels_series" python scripts/bench_kernels.py --shapes seed,step,step_l8192 --backends cutile,cutile:cutile,triton \
         --modes fwd,fwd_bwd --repeats 5 --calls 10 --autotune
     ;;
 step)
@@ -88,8 +88,8 @@ step_layers)
         --backends standin+conv+norm,triton,triton+conv+norm,cutile_bwd+conv+norm,cutile+conv+norm --quick --autotune
     ;;
 step_l8192)
-    # no precompile: bench_kernels has no shape set for this SSD shape (batch 2, L 8192, 24 heads), so process 1
-    # compiles as it tunes
+    # bench_kernels' step_l8192 is this step's SSD (batch 2, L 8192, 24 heads), as step is for the L 2048 step
+    precompile step_l8192
     run3 "$l8192_series" python scripts/bench_step.py --configs medium --seqlens 8192 --modes compile \
         --compile_mode reduce-overhead --backends standin+conv+norm,triton+conv+norm,cutile_bwd+conv+norm,cutile+conv+norm \
         --quick --autotune
