@@ -146,6 +146,51 @@ def test_every_gradient_written():
         assert torch.isfinite(g).all()
 
 
+def test_recompute_on_a_second_stream_changes_no_bit(monkeypatch):
+    """The state recompute on the device's second stream (kernels.cutile.ssd.RECOMPUTE_ASIDE) runs the same kernels
+    as on one stream: every gradient equal bit for bit, also when the call is captured in a CUDA graph and replayed
+    on fresh inputs (the fork and join are captured with it)."""
+    from kernels.cutile import ssd as cutile_ssd
+
+    inputs = random_inputs(2, 1000, 8, 64, 1, 128, torch.bfloat16, seed=13, device="cuda", init=True)
+    dy = torch.randn(inputs["x"].shape, generator=torch.Generator().manual_seed(4)).to("cuda", torch.bfloat16)
+    dfinal = torch.randn(2, 8, 64, 128, generator=torch.Generator().manual_seed(5)).cuda()
+    got = {}
+    for aside in (False, True):
+        monkeypatch.setattr(cutile_ssd, "RECOMPUTE_ASIDE", aside)
+        got[aside] = gradients(inputs, 128, "cutile", dy, dfinal, backward="cutile")
+    for name, g in got[False].items():
+        assert torch.equal(g, got[True][name]), name
+
+    leaves = {k: None if v is None else v.detach().clone().requires_grad_(True) for k, v in inputs.items()}
+
+    def step():
+        for v in leaves.values():
+            if v is not None:
+                v.grad = None
+        y, final = run(leaves, 128, "cutile", backward="cutile")
+        ((y * dy).sum() + (final * dfinal).sum()).backward()
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):  # warm-up before capture, as torch.cuda.graphs asks
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    fresh = random_inputs(2, 1000, 8, 64, 1, 128, torch.bfloat16, seed=14, device="cuda", init=True)
+    for k, v in leaves.items():
+        if v is not None:
+            v.data.copy_(fresh[k])
+    graph.replay()
+    torch.cuda.synchronize()
+    want = gradients(fresh, 128, "cutile", dy, dfinal, backward="cutile")
+    for name, g in want.items():
+        assert torch.equal(leaves[name].grad, g), f"{name} after replay"
+
+
 def test_torch_compile_fullgraph():
     inputs = random_inputs(2, 256, 4, 64, 1, 64, torch.bfloat16, seed=9, device="cuda")
     x = inputs["x"].clone().requires_grad_(True)

@@ -444,3 +444,59 @@ def test_cutile_norm_names_what_it_cannot_take():
         rms_norm(torch.zeros(2, 80), torch.ones(80), 1e-5, None, 40, torch.float32)
     with pytest.raises(ValueError, match=r"weight \(d,\), z like x or None; got \(\(2, 8, 64\), \(64,\), \(2, 8\)\)"):
         rms_norm(x, w, 1e-5, torch.zeros(2, 8), 64, torch.float32)
+
+
+@pytest.mark.parametrize("aside", [True, False])
+def test_recompute_runs_on_a_second_stream_joined_before_bwd_dbc(monkeypatch, aside):
+    """The cuTile backward's launches and stream waits, recorded with the launches mocked on CPU tensors: the state
+    recompute goes to the device's second stream after it waits for the current one, and bwd_dbc, which reads the
+    recomputed states, to the current stream after it waits for the second; with RECOMPUTE_ASIDE off, every launch
+    goes to the current stream and nothing waits."""
+    import contextlib
+
+    import cuda.tile as ct
+
+    from kernels.cutile import tuning
+    from kernels.reference_backward import ssd_backward
+
+    class Stream:
+        def __init__(self, name: str):
+            self.name = name
+
+        def wait_stream(self, other: Stream) -> None:
+            events.append(f"{self.name} waits for {other.name}")
+
+    events: list[str] = []
+    current = [Stream("current")]
+
+    @contextlib.contextmanager
+    def on(stream: Stream):
+        current.append(stream)
+        yield
+        current.pop()
+
+    monkeypatch.setattr(
+        ct, "launch", lambda stream, grid, kernel, args: events.append(f"{kernel._pyfunc.__name__} on {stream.name}")
+    )
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current[-1])
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: Stream("second"))
+    monkeypatch.setattr(torch.cuda, "stream", on)
+    monkeypatch.setattr(tuning, "_gpu_key", lambda device: "cpu")
+    monkeypatch.setattr(cutile_ssd, "_second_streams", {})
+    monkeypatch.setattr(cutile_ssd, "RECOMPUTE_ASIDE", aside)
+    b, l, h, p, n = 1, 128, 2, 16, 16
+    x, dy, B, C = torch.randn(b, l, h, p), torch.randn(b, l, h, p), torch.randn(b, l, 1, n), torch.randn(b, l, 1, n)
+    dt, A = torch.rand(b, l, h), -torch.rand(h)
+    ssd_backward(dy, None, x, dt, A, B, C, 64, passes=cutile_ssd.CUTILE)
+    second = "second" if aside else "current"
+    assert [e.replace("_kernel on", " on") for e in events] == [
+        "chunk_cumsum on current",
+        *(["second waits for current"] if aside else []),
+        f"fwd_pass_state on {second}",
+        "bwd_pass_state on current",
+        "bwd_dx on current",
+        *(["current waits for second"] if aside else []),
+        "bwd_dbc on current",
+        "chunk_cumsum_bwd on current",
+    ]

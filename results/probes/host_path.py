@@ -76,6 +76,7 @@ def mock_cuda() -> list[tuple]:
     torch.cuda.current_stream = lambda device=None: None
     tuning._gpu_key = lambda device: "cpu"
     ssd.check_inputs = lambda *args: None  # it refuses CPU tensors
+    ssd.RECOMPUTE_ASIDE = False  # no second CUDA stream on the CPU
     ssd.ssd_fwd.register_kernel("cpu")(ssd.ssd_fwd._init_fn)
     return launched
 
