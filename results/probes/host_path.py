@@ -10,7 +10,9 @@ asks for 3x Triton's wall clock (2.54x now). This probe calls one bench_kernels 
 - the functions with the most own time.
 
 cProfile slows Python code more than C code, so the groups' shares are indicative; the first line's figure is
-the unprofiled one.
+the unprofiled one. On a GPU, autograd runs the backward on its device thread, and Python 3.12's cProfile (built on
+sys.monitoring) takes every thread's calls into one call stack, so own times there land on the wrong functions:
+results/probes/eager_paths.py apportions the host time by calling paths instead.
 
     python results/probes/host_path.py --shapes seed,step                 # on a GPU, cutile:cutile
     python results/probes/host_path.py --shapes seed --variant triton     # mamba_ssm's, for comparison
