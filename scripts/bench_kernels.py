@@ -205,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--shapes",
         default="sweep",
-        help=f"comma-separated sets of shapes: {', '.join(SHAPE_SETS)} (step, step_l8192: one layer of the medium model's step at L 2048, 8192)",
+        help=f"comma-separated sets of shapes: {', '.join(SHAPE_SETS)} "
+        "(step, step_l8192: one layer of the medium model's step at L 2048, 8192)",
     )
     ap.add_argument(
         "--backends",

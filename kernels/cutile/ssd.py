@@ -78,8 +78,9 @@ def check_inputs(tensors: dict[str, Tensor | None], chunk_size: int, backward: s
 
 # The backward's state recompute runs on a second stream of the device (RECOMPUTE_ASIDE): fwd_pass_state walks the
 # chunks forwards while bwd_pass_state walks them backwards and bwd_dx follows on the current stream. Neither walk
-# needs the other's result, and each has one program per (batch, head, tile) walking every chunk in turn, too few
-# to fill the GPU alone. bwd_dbc, the first pass that reads the chunk states, waits for the second stream.
+# needs the other's result, and each has one program per (batch, head, tile) walking every chunk in turn: with few
+# batches and heads (the seed shape's 32 pairs) too few to fill the GPU alone. bwd_dbc, the first pass that reads
+# the chunk states, waits for the second stream.
 # Ordering of memory: every launch on the second stream is queued after what the current stream holds at that
 # point, and the current stream waits for the second before bwd_dbc, so a buffer either stream frees is reused
 # only after the other's last use of it (no record_stream needed; CUDA graph capture follows the same fork and
