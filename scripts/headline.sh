@@ -11,7 +11,7 @@
 #   scripts/headline.sh report            # render what results/ holds (no GPU needed): BENCHMARKS.md's command
 #
 # Backends alternate within each process; cuTile and Triton are both tuned and warmed before timing. Each
-# process prints its wall time. The first `kernels` process compiles and tunes at both shapes (the later ones
+# process prints its wall time. The first `kernels` process compiles and tunes at its three shapes (the later ones
 # reuse the caches it leaves), and each `step` process compiles every variant and runs 3 warm-up and 10 timed
 # steps: each takes minutes, so N runs one process at a time (`kernels 1`, `kernels 2`, ...).
 # Each invocation's first process is preceded by scripts/precompile.py, which compiles tuning's candidates in

@@ -107,7 +107,7 @@ def test_bench_kernels_refuses_unknown_modes_and_shapes_in_one_line(tmp_path):
         assert done.returncode == 2 and done.stdout == "", done.stderr[-2000:]
         assert done.stderr.strip().splitlines() == [
             f"bench_kernels.py: error: {option}: unknown {unknown}; choose from "
-            + ("fwd, fwd_bwd" if option == "--modes" else "seed, step, sweep, tiny, sweep_n64, sweep_n128")
+            + ("fwd, fwd_bwd" if option == "--modes" else "seed, step, step_l8192, sweep, tiny, sweep_n64, sweep_n128")
         ]
         assert not (tmp_path / "k.json").exists()
 

@@ -48,7 +48,7 @@ def test_bad_arguments_get_one_line(tmp_path):
     for args, message in (
         (
             ["--shapes", "nope"],
-            "precompile: --shapes: unknown 'nope'; choose from seed, step, sweep, tiny, sweep_n64, sweep_n128",
+            "precompile: --shapes: unknown 'nope'; choose from seed, step, step_l8192, sweep, tiny, sweep_n64, sweep_n128",
         ),
         (["--jobs", "0"], "precompile: --jobs must be at least 1, got 0"),
         (["--modes", "fwd,bwd"], "precompile: --modes: choose from fwd, fwd_bwd, got 'fwd,bwd'"),
