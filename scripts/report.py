@@ -297,7 +297,8 @@ def kernel_section(
             f"*wall*: CUDA events around back-to-back calls, launch gaps included; *GPU*: the time the GPU runs the "
             "call's kernels, from torch.profiler (kernels running at once on two streams count once; the cuTile "
             f"backward recomputes the chunk states on a second stream); *over {base}*: {base}'s time over the row's; "
-            "GB/s: each input read once and y written once, over the GPU time; *launches*: kernels per call; *warm-up s*: the first call, timed apart.",
+            "GB/s: each input read once and y written once, over the GPU time; *launches*: kernels per call; "
+            "*warm-up s*: the first call, timed apart.",
             "",
             table(header, rows),
         ]
@@ -323,7 +324,7 @@ def sweep_section(runs: list[dict], kpool: Pool, base: str) -> str:
 
 # ---- the SSD alone, per kernel --------------------------------------------------------------------------
 
-OTHER = "other kernels"  # the call's GPU time less that of the kernels its record lists
+OTHER = "other kernels"  # the call's kernels' summed time less that of the kernels its record lists
 
 
 def traffic():
@@ -367,8 +368,9 @@ def per_kernel_figures(rec: dict, base: dict | None, run: dict) -> dict[tuple[st
             out |= {(name, "floor_MB"): moved / 1e6, (name, "floor_us"): floor_us}
             out[(name, "of_floor")] = ratio(floor_us, ms * 1e3)
     listed = round(sum(launches.get(name, 1) for name in top))  # launches per call of the listed kernels
-    if top and rec.get("kernels_per_call", 0) > listed and rec.get("gpu_ms") is not None:
-        out[(OTHER, "ms")] = max(0.0, rec["gpu_ms"] - sum(top.values()))
+    summed = rec.get("gpu_kernel_sum_ms", rec.get("gpu_ms"))  # older records: one stream, GPU time is the sum
+    if top and rec.get("kernels_per_call", 0) > listed and summed is not None:
+        out[(OTHER, "ms")] = max(0.0, summed - sum(top.values()))
     return out
 
 
@@ -401,8 +403,8 @@ def per_kernel_section(runs: list[dict]) -> str:
         "### GPU time per kernel",
         "",
         "GPU ms per call of each kernel a record lists (`top_kernels_ms`: torch.profiler's largest kernels of the "
-        f"call; *{OTHER}*: the call's GPU time less theirs, where it launched more). cuTile kernels go by their "
-        "stage (kernels/cutile/*STAGE*.py) and, where a stage ran in several specializations, the constants that "
+        f"call; *{OTHER}*: the call's kernels' summed time less theirs, where it launched more). cuTile kernels go by "
+        "their stage (kernels/cutile/*STAGE*.py) and, where a stage ran in several specializations, the constants that "
         "differ (Q: the chunk size); others by their function and the functor or template argument they were "
         "built with (#1, #2: kernels whose names shorten alike). *floor MB*: the bytes the stage must move at the "
         "row's shape and its own chunk size, each tensor it reads read once and each it writes written once "
