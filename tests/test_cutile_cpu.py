@@ -483,6 +483,7 @@ def test_recompute_runs_on_a_second_stream_joined_before_bwd_dbc(monkeypatch, as
     monkeypatch.setattr(torch.cuda, "Stream", lambda device: Stream("second"))
     monkeypatch.setattr(torch.cuda, "stream", on)
     monkeypatch.setattr(tuning, "_gpu_key", lambda device: "cpu")
+    monkeypatch.setitem(tuning._state, "chosen", {})  # the launches' choices stay in this test
     monkeypatch.setattr(cutile_ssd, "_second_streams", {})
     monkeypatch.setattr(cutile_ssd, "RECOMPUTE_ASIDE", aside)
     b, l, h, p, n = 1, 128, 2, 16, 16
