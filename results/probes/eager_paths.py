@@ -54,11 +54,19 @@ class Twin(torch.autograd.Function):
         return g[0], g[1], g[2], g[3], g[4], None, g[5], g[6], None, None, None
 
 
-def calls() -> list[Callable]:
+def seed_inputs() -> tuple[list[torch.Tensor], tuple[torch.Tensor, ...], torch.Tensor]:
+    """bench_kernels' seed-shape inputs (leaves needing gradients), as (leaves, (x, dt, A, B, C, D, dt_bias), dy)."""
     inputs = bench_kernels.make_inputs(bench_kernels.SEED, "cuda", requires_grad=True)
-    leaves = list(inputs.values())
-    x, dt, A, B, C, D, bias = (inputs[k] for k in ("x", "dt", "A", "B", "C", "D", "dt_bias"))
-    dy = torch.randn_like(x)
+    x = inputs["x"]
+    return (
+        list(inputs.values()),
+        tuple(inputs[k] for k in ("x", "dt", "A", "B", "C", "D", "dt_bias")),
+        torch.randn_like(x),
+    )
+
+
+def calls() -> list[Callable]:
+    leaves, (x, dt, A, B, C, D, bias), dy = seed_inputs()
     args = (x, dt, A, B, C, 128, D, bias, True, None, "cutile")
 
     def op():
@@ -99,10 +107,7 @@ def calls() -> list[Callable]:
 
 def backward_body_ms() -> tuple[float, float]:
     """Host ms of the cuTile backward body: inside Twin's backward (autograd's device thread), and called directly."""
-    inputs = bench_kernels.make_inputs(bench_kernels.SEED, "cuda", requires_grad=True)
-    leaves = list(inputs.values())
-    x, dt, A, B, C, D, bias = (inputs[k] for k in ("x", "dt", "A", "B", "C", "D", "dt_bias"))
-    dy = torch.randn_like(x)
+    leaves, (x, dt, A, B, C, D, bias), dy = seed_inputs()
     y, _ = Twin.apply(x, dt, A, B, C, 128, D, bias, True, None, "cutile")
     BODY_MS.clear()
     direct = []
