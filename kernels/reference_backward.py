@@ -12,9 +12,9 @@ Notation as in kernels/reference.py, per (batch, head) and chunk (t, s, j: token
 
 Passes (after recomputing chunk_cumsum and fwd_pass_state):
     bwd_pass_state    Ĝ_c for every chunk, walking the chunks backwards; d initial_states
-    bwd_dx            dx, dD, and the parts of ddt that need no chunk state S_c
+    bwd_dx            dx, dD's partial sums, and the parts of ddt that need no chunk state S_c
     bwd_dbc           dB, dC (summed over the heads of a group) and the rest of the decay gradient
-    chunk_cumsum_bwd  ddt -> d dt (through softplus), dA, d dt_bias
+    chunk_cumsum_bwd  ddt -> d dt (through softplus); dA, d dt_bias and dD as one (3, h) tensor
 
 The decay gradient da_j = dℒ/d(A dt_j) is summed in the stable form (no term that is later
 subtracted): da_j = Σ_{t>=j} Σ_{s<j} R[t,s] + Σ_{s<j} r_s + Σ_{t>=j} q_t + exp(Λ_e) <Ĝ_c, S_c>, with
@@ -98,7 +98,8 @@ def bwd_dx(
     Returns:
         dx: (b, l, h, p) in the compute dtype.  ddt_dir: (b, h, c, Q).
         da_intra: (b, h, c, Q) the decay gradient's terms Σ_{t>=j} Σ_{s<j} R[t,s] + Σ_{s<j} r_s.
-        dD: (h,) or None.
+        dD_parts: (h, b·c) the partial sums of dD = Σ dy·x, one per (batch, chunk) at column batch·c + chunk;
+        None when D is None.
     """
     b, l, h, p = x.shape
     _, _, c, Q = dt_out.shape
@@ -121,8 +122,8 @@ def bwd_dx(
     straddling = _exclusive_cumsum(R, -1)  # [t, j] = Σ_{s<j} R[t, s]
     causal = torch.ones(Q, Q, dtype=torch.bool, device=x.device).tril()
     da_intra = straddling.masked_fill(~causal, 0.0).sum(-2) + _exclusive_cumsum(r, -1)
-    dD = None if D is None else torch.einsum("blhp,blhp->h", dy.to(dtype), x.to(dtype))
-    return dx, ddt_dir, da_intra, dD
+    dD_parts = None if D is None else torch.einsum("bcqhp,bcqhp->hbc", dyc, xc).reshape(h, b * c)
+    return dx, ddt_dir, da_intra, dD_parts
 
 
 def bwd_dbc(
@@ -177,17 +178,20 @@ def chunk_cumsum_bwd(
     A: Tensor,
     dt_softplus: bool = False,
     dt_bias: Tensor | None = None,
-) -> tuple[Tensor, Tensor, Tensor | None]:
-    """The backward of stage 1: from ddt (direct) and da = dℒ/d(A dt) to the gradients of its inputs.
+    dD_parts: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The backward of stage 1: from ddt (direct) and da = dℒ/d(A dt) to the gradients of its inputs, with
+    the per-head gradients gathered into one tensor.
 
     da = da_intra + da_inter;  ddt = ddt_dir + A da;  dA = Σ dt da;
     d dt = ddt · softplus'(u) = ddt (1 − exp(−dt)) with softplus.
 
     Args:
         ddt_dir, da_intra, da_inter, dt_out: (b, h, c, Q).  dt: (b, l, h) the forward's raw dt (tokens past l
-        are padding).  A: (h,).
+        are padding).  A: (h,).  dD_parts: (h, m) partial sums of dD (`bwd_dx`'s) or None.
     Returns:
-        ddt: (b, l, h) gradient of the raw dt.  dA: (h,).  ddt_bias: (h,) or None when dt_bias is None.
+        ddt: (b, l, h) gradient of the raw dt.
+        dheads: (3, h), the rows dA, d dt_bias, dD (HEAD_GRADS); a row is zero when its input is None.
     """
     b, h, c, Q = dt_out.shape
     da = da_intra + da_inter
@@ -196,7 +200,9 @@ def chunk_cumsum_bwd(
     if dt_softplus:
         ddt = ddt * -torch.expm1(-dt_out)
     ddt = ddt.reshape(b, h, c * Q)[..., : dt.shape[1]].transpose(1, 2)
-    return ddt, dA, None if dt_bias is None else ddt.sum((0, 1))
+    dbias = ddt.sum((0, 1)) if dt_bias is not None else torch.zeros_like(dA)
+    dD = dD_parts.sum(1).to(dA.dtype) if dD_parts is not None else torch.zeros_like(dA)
+    return ddt, torch.stack((dA, dbias, dD))
 
 
 class Passes(NamedTuple):
@@ -210,6 +216,42 @@ class Passes(NamedTuple):
     bwd_dx: Callable
     bwd_dbc: Callable
     chunk_cumsum_bwd: Callable
+
+
+HEAD_GRADS = ("A", "dt_bias", "D")  # the inputs whose gradients are the rows of `dheads`
+
+
+def backward_passes(
+    dy: Tensor,
+    dfinal_state: Tensor | None,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    chunk_size: int,
+    D: Tensor | None = None,
+    dt_bias: Tensor | None = None,
+    dt_softplus: bool = False,
+    initial_states: Tensor | None = None,
+    passes: Passes | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor | None]:
+    """Every gradient of `kernels.reference.ssd_chunked`, pass by pass, the per-head ones in one tensor.
+    Shapes as `kernels.ssd`; `passes` are the stage functions to compose (default: the references here).
+
+    Returns:
+        dx, ddt, dB, dC, dheads, dinitial_states: dx, dB, dC as the passes return them, the rest in the compute
+        dtype; dheads (3, h) holds dA, d dt_bias, dD (HEAD_GRADS; zero rows for absent inputs); dinitial_states
+        is None when initial_states is.
+    """
+    p = passes or REFERENCE
+    dt_out, dA_cumsum, *for_dx = p.chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
+    chunk_states, _ = p.fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
+    dstates, dinit = p.bwd_pass_state(dy, C, dA_cumsum, dfinal_state)
+    dx, ddt_dir, da_intra, dD_parts = p.bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D, *for_dx)
+    dB, dC, da_inter = p.bwd_dbc(x, dy, B, C, dt_out, dA_cumsum, chunk_states, dstates)
+    ddt, dheads = p.chunk_cumsum_bwd(ddt_dir, da_intra, da_inter, dt_out, dt, A, dt_softplus, dt_bias, dD_parts)
+    return dx, ddt, dB, dC, dheads, None if initial_states is None else dinit
 
 
 def ssd_backward(
@@ -227,21 +269,14 @@ def ssd_backward(
     initial_states: Tensor | None = None,
     passes: Passes | None = None,
 ) -> tuple[Tensor | None, ...]:
-    """Every gradient of `kernels.reference.ssd_chunked`, pass by pass. Shapes as `kernels.ssd`.
-
-    `passes` are the stage functions to compose (default: the references in this module).
-    Returns:
-        dx, ddt, dA, dB, dC, dD, ddt_bias, dinitial_states (dx, dB, dC as the passes return them, the rest
-        in the compute dtype); dD, ddt_bias, dinitial_states are None when the input was None.
-    """
-    p = passes or REFERENCE
-    dt_out, dA_cumsum, *for_dx = p.chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
-    chunk_states, _ = p.fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
-    dstates, dinit = p.bwd_pass_state(dy, C, dA_cumsum, dfinal_state)
-    dx, ddt_dir, da_intra, dD = p.bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D, *for_dx)
-    dB, dC, da_inter = p.bwd_dbc(x, dy, B, C, dt_out, dA_cumsum, chunk_states, dstates)
-    ddt, dA, dbias = p.chunk_cumsum_bwd(ddt_dir, da_intra, da_inter, dt_out, dt, A, dt_softplus, dt_bias)
-    return dx, ddt, dA, dB, dC, dD, dbias, None if initial_states is None else dinit
+    """`backward_passes`' gradients in the order of the inputs: dx, ddt, dA, dB, dC, dD, ddt_bias,
+    dinitial_states; dD, ddt_bias, dinitial_states are None when the input was None, and dA, ddt_bias, dD are
+    rows of one tensor."""
+    dx, ddt, dB, dC, dheads, dinit = backward_passes(
+        dy, dfinal_state, x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, passes
+    )
+    dA, dbias, dD = dheads.unbind(0)
+    return dx, ddt, dA, dB, dC, None if D is None else dD, None if dt_bias is None else dbias, dinit
 
 
 REFERENCE = Passes(chunk_cumsum, fwd_pass_state, bwd_pass_state, bwd_dx, bwd_dbc, chunk_cumsum_bwd)

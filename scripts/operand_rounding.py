@@ -40,7 +40,8 @@ def stage_outputs(stage: str, t: dict, states: Tensor, dstates: Tensor) -> tuple
     if stage == "compute_out":
         return (reference.compute_out(f64["x"], f64["B"], f64["C"], t["dt_out"], t["dA_cumsum"], states, f64["D"]),)
     if stage == "bwd_dx":
-        return ref_bwd.bwd_dx(*raw, dstates, f64["D"])
+        dx, ddt_dir, da_intra, dD_parts = ref_bwd.bwd_dx(*raw, dstates, f64["D"])
+        return dx, ddt_dir, da_intra, dD_parts.sum(1)
     return ref_bwd.bwd_dbc(*raw, states, dstates)
 
 

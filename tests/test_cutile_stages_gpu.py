@@ -82,10 +82,10 @@ def test_backward_stages(dtype, chunk, p, n):
     assert got_dstates.dtype == expected_states_dtype(dtype) and got_dinit.dtype == torch.float32
     assert rel_err(got_dstates, dstates) < TOL[dtype] and rel_err(got_dinit, dinit) < TOL[dtype]
 
-    dx, ddt_dir, da_intra, dD = ref_bwd.bwd_dx(t64["x"], dy64, t64["B"], t64["C"], dt_out, dA, dstates, t64["D"])
+    want = ref_bwd.bwd_dx(t64["x"], dy64, t64["B"], t64["C"], dt_out, dA, dstates, t64["D"])
     got = bwd_dx(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA), *stored(dtype, dstates), *f32(t64["D"]))
-    assert got[0].dtype == dtype
-    for name, a, b in zip(("dx", "ddt_dir", "da_intra", "dD"), got, (dx, ddt_dir, da_intra, dD)):
+    assert got[0].dtype == dtype and got[3].shape == want[3].shape
+    for name, a, b in zip(("dx", "ddt_dir", "da_intra", "dD_parts"), got, want):
         assert rel_err(a, b) < TOL[dtype], name
     # handed the log2 copy the host would form (as chunk_cumsum_log2 writes it), the same results
     log2 = dA.float() * LOG2E
@@ -99,10 +99,10 @@ def test_backward_stages(dtype, chunk, p, n):
         assert rel_err(a, b) < TOL[dtype], name
 
 
-def cumsum_bwd_case(dt_dtype, l, h, bias, softplus, seed):
+def cumsum_bwd_case(dt_dtype, l, h, bias, softplus, seed, has_d=True):
     """chunk_cumsum_bwd's inputs and the reference stage's float64 result. The gradients are float32 (b, h, c, Q),
     dt_out in the (b, h, c * Q) layout the other stages give, the raw dt a strided (b, l, h) view (as the model
-    slices it from in_proj's output)."""
+    slices it from in_proj's output), dD's partial sums (h, b * c) as bwd_dx writes them."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
     b, Q = 3, 64
     wide = (torch.randn(b, l, h + 5, generator=gen) * 0.5 - 1.0).to("cuda", dt_dtype)
@@ -110,29 +110,32 @@ def cumsum_bwd_case(dt_dtype, l, h, bias, softplus, seed):
     A = -torch.rand(h, generator=gen).cuda() * 4 - 0.5
     dt_bias = torch.randn(h, generator=gen).cuda() * 0.5 if bias else None
     grads = [torch.randn(b, h, -(-l // Q), Q, generator=gen).cuda() for _ in range(3)]
+    dD_parts = torch.randn(h, b * -(-l // Q), generator=gen).cuda() if has_d else None
     bias64 = None if dt_bias is None else dt_bias.double()
     dt_out, _ = reference.chunk_cumsum(dt.double(), A.double(), Q, bias64, softplus)
     dt_out = dt_out.contiguous()
-    want = ref_bwd.chunk_cumsum_bwd(*grads, dt_out, dt.double(), A.double(), softplus, bias64)
-    return (*grads, dt_out.float(), dt, A, softplus, dt_bias), want
+    parts64 = None if dD_parts is None else dD_parts.double()
+    want = ref_bwd.chunk_cumsum_bwd(*grads, dt_out, dt.double(), A.double(), softplus, bias64, parts64)
+    return (*grads, dt_out.float(), dt, A, softplus, dt_bias, dD_parts), want
 
 
 @pytest.mark.parametrize("dt_dtype", DTYPES, ids=IDS)
 @pytest.mark.parametrize("l,h", [(2 * 64 + 37, 4), (256, 6), (100, 24)])
-@pytest.mark.parametrize("bias,softplus", [(True, True), (False, True), (True, False), (False, False)])
-def test_chunk_cumsum_bwd(dt_dtype, l, h, bias, softplus):
-    """The decay and dt gradients through stage 1 against the reference stage in float64: with and without softplus
-    and dt_bias, short last chunk, a partial head tile (6 heads), ddt written in dt's dtype, contiguous."""
-    args, want = cumsum_bwd_case(dt_dtype, l, h, bias, softplus, seed=l + h)
-    got = chunk_cumsum_bwd(*args)
-    assert got[0].dtype == dt_dtype and got[0].shape == (3, l, h) and got[0].is_contiguous()
-    assert (got[2] is None) == (not bias)
-    if bias:  # the backward op may not return outputs that share memory
-        assert got[1].untyped_storage().data_ptr() != got[2].untyped_storage().data_ptr()
+@pytest.mark.parametrize(
+    "bias,softplus,has_d", [(True, True, True), (False, True, False), (True, False, False), (False, False, True)]
+)
+def test_chunk_cumsum_bwd(dt_dtype, l, h, bias, softplus, has_d):
+    """The decay and dt gradients through stage 1 against the reference stage in float64: with and without softplus,
+    dt_bias and dD's partial sums, short last chunk, a partial head tile (6 heads), ddt written in dt's dtype,
+    contiguous; the per-head gradients as one (3, h) float32 tensor whose absent inputs' rows are zero."""
+    args, want = cumsum_bwd_case(dt_dtype, l, h, bias, softplus, seed=l + h, has_d=has_d)
+    ddt, dheads = chunk_cumsum_bwd(*args)
+    assert ddt.dtype == dt_dtype and ddt.shape == (3, l, h) and ddt.is_contiguous()
+    assert dheads.dtype == torch.float32 and dheads.shape == (3, h)
     tol = max(1e-5, torch.finfo(dt_dtype).eps)  # fp32 arithmetic; ddt is rounded to dt's dtype once
-    for name, a, b in zip(("ddt", "dA", "ddt_bias"), got, want):
-        if b is not None:
-            assert rel_err(a, b) < tol, name
+    assert rel_err(ddt, want[0]) < tol
+    for name, a, b, given in zip(("dA", "ddt_bias", "dD"), dheads, want[1], (True, bias, has_d)):
+        assert rel_err(a, b) < tol if given else not a.any(), name
 
 
 @pytest.mark.parametrize("cfg", search_space(24), ids=str)
@@ -141,7 +144,7 @@ def test_every_tuning_configuration_of_chunk_cumsum_bwd(cfg):
     with tuning.forced("chunk_cumsum_bwd", cfg) as launched:
         got = chunk_cumsum_bwd(*args)
     assert launched == [cfg]
-    for name, a, b in zip(("ddt", "dA", "ddt_bias"), got, want):
+    for name, a, b in zip(("ddt", "dheads"), got, want):
         assert rel_err(a, b) < torch.finfo(torch.bfloat16).eps, name
 
 

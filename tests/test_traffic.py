@@ -30,8 +30,8 @@ def test_each_stage_moves_its_tensors_once_on_a_tiny_shape():
         "bwd_pass_state": Traffic(X + BC + ROW, STATES + STATE),  # dy, C, dA_cumsum -> dstates, dinitial_states
         "bwd_dx": Traffic(2 * X + 2 * BC + 2 * ROW + STATES + VEC, X + 2 * ROW + 1 * 2 * 2 * 4),  # ... + dD_part
         "bwd_dbc": Traffic(2 * X + 2 * BC + 2 * ROW + 2 * STATES, 2 * BC + ROW),  # -> dB, dC, one da_inter block
-        # ddt_dir, da_intra, da_inter, dt_out, A, dt_bias, dt -> ddt, partial sums (2, b, c, h)
-        "chunk_cumsum_bwd": Traffic(4 * ROW + 2 * VEC + DT, DT + 2 * 1 * 2 * 2 * 4),
+        # ddt_dir, da_intra, da_inter, dt_out, A, dt_bias, dt, dD_part -> ddt, partial sums (3, h, b·c)
+        "chunk_cumsum_bwd": Traffic(4 * ROW + 2 * VEC + DT + 1 * 2 * 2 * 4, DT + 3 * 1 * 2 * 2 * 4),
     }
     assert {stage: stage_traffic(stage, TINY) for stage in STAGES} == by_hand
     assert ssd_io(TINY) == Traffic(X + 2 * BC + DT + 3 * VEC, X)
@@ -55,9 +55,11 @@ def test_constants_set_the_chunk_size_the_optional_inputs_and_the_dbc_blocks():
     assert stage_traffic("compute_out", TINY, {"HAS_D": False}).read == X + 2 * BC + 2 * ROW + STATES
     assert stage_traffic("chunk_cumsum", TINY, {"HAS_BIAS": False}).read == DT + VEC
     assert stage_traffic("chunk_cumsum", TINY, {"LOG2": True}).write == 3 * ROW  # the backward's: dA_cumsum·log2(e)
-    assert stage_traffic("chunk_cumsum_bwd", TINY, {"HAS_BIAS": False, "SOFTPLUS": False}).read == 4 * ROW + VEC
-    assert stage_traffic("chunk_cumsum_bwd", TINY, {"SOFTPLUS": False}).read == 4 * ROW + VEC  # no dt, no dt_bias
-    assert stage_traffic("chunk_cumsum_bwd", TINY, {"HAS_BIAS": False}).read == 4 * ROW + VEC + DT
+    no_d = {"HAS_D": False}
+    assert stage_traffic("chunk_cumsum_bwd", TINY, {**no_d, "HAS_BIAS": False, "SOFTPLUS": False}).read == 4 * ROW + VEC
+    assert stage_traffic("chunk_cumsum_bwd", TINY, {**no_d, "SOFTPLUS": False}).read == 4 * ROW + VEC  # no dt, bias
+    assert stage_traffic("chunk_cumsum_bwd", TINY, {**no_d, "HAS_BIAS": False}).read == 4 * ROW + VEC + DT
+    assert stage_traffic("chunk_cumsum_bwd", TINY, {"HAS_BIAS": False}).read == 4 * ROW + VEC + DT + 1 * 2 * 2 * 4
     assert stage_traffic("bwd_dbc", TINY, {"TILE_N": 4}).write == 2 * BC + 2 * ROW  # n 8 in two blocks of 4
     assert stage_traffic("bwd_dbc", TINY, {"TILE_N": 16}).write == 2 * BC + ROW  # a padded tile: one block
 

@@ -194,17 +194,17 @@ def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
         )
 
     for name, dtype in DTYPES.items():
-        for bias, softplus in ((True, True), (False, False)):
+        for bias, softplus, has_d in ((True, True, True), (False, False, False)):
             yield (
                 *_hinted(
-                    f"chunk_cumsum_bwd[{name},bias={bias},softplus={softplus}]",
+                    f"chunk_cumsum_bwd[{name},bias={bias},softplus={softplus},D={has_d}]",
                     chunk_cumsum_bwd_kernel,
                     CumsumBwdConfig().occupancy,
                 ),
                 _signature(
                     [_array(f32, 3)] * 4
-                    + [_array(dtype, 3), _array(f32, 1), _array(f32, 1), _array(dtype, 3), _array(f32, 3), i32]
-                    + [chunk, 8, bias, softplus]
+                    + [_array(dtype, 3), _array(f32, 1), _array(f32, 1), _array(f32, 2), _array(dtype, 3)]
+                    + [_array(f32, 3), i32, chunk, 8, bias, softplus, has_d]
                 ),
             )
 

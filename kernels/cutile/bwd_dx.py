@@ -15,7 +15,8 @@ scaled by the host when the caller has no such copy) for exp2: scaling the loade
 the training step's shape. Other dtypes scale it in the kernel: with fp32 inputs at head dim 64 the host-scaled
 form hangs on the GPU (cuda-tile 1.7.0, H200, occupancy 1 and 2 with the compiler's warp count; the kernel has no
 loop), the kernel-scaled one does not (results/tuning_log.md, 2026-12-01, "a hang"). dD's partial sums are laid
-out one row per head, so the host's sum runs along contiguous rows.
+out one row per head with the (batch, chunk) columns along it, as chunk_cumsum_bwd's partial sums, which copies
+them beside its own so that one torch.sum finishes all three per-head gradients.
 """
 
 from __future__ import annotations
@@ -153,7 +154,8 @@ def bwd_dx(
         dA_log2: (b, h, c, Q) float32, dA_cumsum·log2(e) (`chunk_cumsum_log2`), read with bf16 inputs; None: the
             host scales dA_cumsum then (one elementwise launch more).
     Returns:
-        dx: (b, l, h, p) in x's dtype.  ddt_dir, da_intra: (b, h, c, Q) float32.  dD: (h,) float32 or None.
+        dx: (b, l, h, p) in x's dtype.  ddt_dir, da_intra: (b, h, c, Q) float32.
+        dD_parts: (h, b·c) float32 partial sums of dD, or None without D.
     """
     b, _, h, p = x.shape
     g, n = B.shape[-2:]
@@ -178,4 +180,4 @@ def bwd_dx(
 
     key = shape_key(x, B, chunk_size)
     launch("bwd_dx", key, default_dx_config(x.dtype), lambda: dx_space(x.dtype), spec, x.device)
-    return dx, ddt_dir, da_intra, None if D is None else dD_part.sum(1)
+    return dx, ddt_dir, da_intra, None if D is None else dD_part

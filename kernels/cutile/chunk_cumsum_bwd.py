@@ -5,10 +5,11 @@ per (batch, chunk, head tile) reads the (b, h, c * Q) rows the other backward st
 token,
     da = da_intra + da_inter,   ddt = (ddt_dir + A da) · softplus'(dt + dt_bias)   (the factor only with softplus)
 and writes ddt in dt's dtype and (b, l, h) layout, transposing the rows in registers; tokens past the
-sequence end are not written. Each program also writes its chunk's two partial sums per head, Σ dt_out da
-(for dA) and Σ ddt (for d dt_bias), one row per head with the (batch, chunk) columns along it, which the host
-reduces in one torch.sum along contiguous rows. In PyTorch the same work was about ten elementwise kernels, two
-reductions and a transposing copy (results/tuning_log.md).
+sequence end are not written. Each program also writes its chunk's partial sums per head, Σ dt_out da (for
+dA) and Σ ddt (for d dt_bias), and copies bwd_dx's partial sum of dD beside them: three rows per head with the
+(batch, chunk) columns along them, which the host reduces in one torch.sum along contiguous rows into the
+(3, h) per-head gradients. In PyTorch the same work was about ten elementwise kernels, two reductions and a
+transposing copy (results/tuning_log.md).
 
 softplus'(u) is sigmoid(u), computed from the raw dt as the forward's softplus saw it (identity above
 SOFTPLUS_THRESHOLD, so there the factor is 1).
@@ -35,13 +36,16 @@ def chunk_cumsum_bwd_kernel(
     dt,  # (b, l, h) raw time steps, any float dtype (read only with SOFTPLUS)
     A,  # (h,) float32
     dt_bias,  # (h,) float32 (ignored unless HAS_BIAS)
+    dD_part,  # (h, b * c) float32, bwd_dx's partial sums of dD (ignored unless HAS_D)
     ddt,  # (b, l, h) in dt's dtype, written
-    partials,  # (2, h, b * c) float32, written: Σ dt_out·da and Σ ddt over the chunk's tokens, at (batch, chunk)
+    partials,  # (3, h, b * c) float32, written at column (batch, chunk): the chunk's Σ dt_out·da, Σ ddt (zero
+    # without HAS_BIAS) and dD_part's column (zero without HAS_D)
     seqlen: int,
     Q: ConstInt,
     TILE_H: ConstInt,
     HAS_BIAS: ConstBool,
     SOFTPLUS: ConstBool,
+    HAS_D: ConstBool,
 ):
     bi = ct.bid(0)
     ci = ct.bid(1)
@@ -68,7 +72,15 @@ def chunk_cumsum_bwd_kernel(
     # padding tokens have dt_out = 0: they add nothing to dA
     column = bi * ct.num_blocks(1) + ci
     ct.store(partials, index=(0, hj, column), tile=ct.sum(d * da, axis=1).reshape((1, TILE_H, 1)))
-    ct.store(partials, index=(1, hj, column), tile=ct.sum(grad, axis=1).reshape((1, TILE_H, 1)))
+    if HAS_BIAS:
+        ct.store(partials, index=(1, hj, column), tile=ct.sum(grad, axis=1).reshape((1, TILE_H, 1)))
+    else:
+        ct.store(partials, index=(1, hj, column), tile=ct.zeros((1, TILE_H, 1), dtype=ct.float32))
+    if HAS_D:
+        part = ct.load(dD_part, index=(hj, column), shape=(TILE_H, 1), padding_mode=ZERO)
+        ct.store(partials, index=(2, hj, column), tile=part.reshape((1, TILE_H, 1)))
+    else:
+        ct.store(partials, index=(2, hj, column), tile=ct.zeros((1, TILE_H, 1), dtype=ct.float32))
 
 
 @dataclass(frozen=True)
@@ -95,31 +107,34 @@ def chunk_cumsum_bwd(
     A: torch.Tensor,
     dt_softplus: bool = False,
     dt_bias: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    dD_parts: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Backward stage 4 on the GPU. Same contract as `kernels.reference_backward.chunk_cumsum_bwd`.
 
     Args:
         ddt_dir, da_intra, da_inter, dt_out: (b, h, c, Q) float32.  dt: (b, l, h) the forward's raw dt.
-        A, dt_bias: (h,).
+        A, dt_bias: (h,).  dD_parts: (h, b·c) float32 from `bwd_dx` (column batch·c + chunk), or None.
     Returns:
-        ddt: (b, l, h) in dt's dtype, contiguous.  dA: (h,) float32.  ddt_bias: (h,) float32, or None without
-        dt_bias.
+        ddt: (b, l, h) in dt's dtype, contiguous.  dheads: (3, h) float32, the rows dA, d dt_bias, dD (a row is
+        zero when its input is None).
     """
     b, h, nchunks, chunk_size = dt_out.shape
     seqlen = dt.shape[1]
     rows = (b, h, nchunks * chunk_size)
     ddt = torch.empty(dt.shape, device=dt.device, dtype=dt.dtype)
-    partials = torch.empty((2, h, b * nchunks), device=dt.device, dtype=torch.float32)
+    partials = torch.empty((3, h, b * nchunks), device=dt.device, dtype=torch.float32)
     A32, bias32 = head_params(A, dt_bias)
+    if dD_parts is not None and dD_parts.shape != (h, b * nchunks):
+        raise ValueError(f"chunk_cumsum_bwd: dD_parts has shape {tuple(dD_parts.shape)}, want {(h, b * nchunks)}")
+    parts = A32.view(1, h) if dD_parts is None else dD_parts  # read only with dD_parts
     arrays = (ddt_dir.reshape(rows), da_intra.reshape(rows), da_inter.reshape(rows), dt_out.reshape(rows))
 
     def spec(cfg: CumsumBwdConfig) -> tuple[tuple[int, ...], object, tuple]:
         grid, th = head_grid(b, nchunks, h, cfg.TILE_H)
-        args = (*arrays, dt, A32, bias32, ddt, partials, seqlen, chunk_size, th, dt_bias is not None, dt_softplus)
+        args = (*arrays, dt, A32, bias32, parts, ddt, partials, seqlen, chunk_size, th, dt_bias is not None)
+        args += (dt_softplus, dD_parts is not None)
         return grid, with_hints(chunk_cumsum_bwd_kernel, cfg.occupancy), args
 
     key = dt_key(dt, chunk_size)
     launch("chunk_cumsum_bwd", key, CumsumBwdConfig(), lambda: search_space(h), spec, dt.device)
-    sums = partials.sum(2)  # (2, h): dA, d dt_bias
-    # d dt_bias gets memory of its own: the SSD's backward op may not return outputs that share it
-    return ddt, sums[0], None if dt_bias is None else sums[1].clone()
+    return ddt, partials.sum(2)

@@ -2,7 +2,7 @@
 
     forward   chunk_cumsum -> fwd_pass_state -> compute_out                  (as kernels.reference.ssd_chunked)
     backward  "reference": autograd through kernels.reference.ssd_chunked   (the design this project measures)
-              "cutile":    kernels.reference_backward.ssd_backward composing the cuTile passes:
+              "cutile":    kernels.reference_backward.backward_passes composing the cuTile passes:
                            chunk_cumsum (also writing dA_cumsum·log2(e) for bwd_dx) -> fwd_pass_state
                            (recomputed, on a second stream) -> bwd_pass_state -> bwd_dx -> bwd_dbc
                            (after the recompute) -> chunk_cumsum_bwd
@@ -33,7 +33,7 @@ from kernels.cutile.chunk_cumsum import chunk_cumsum, chunk_cumsum_log2
 from kernels.cutile.chunk_cumsum_bwd import chunk_cumsum_bwd
 from kernels.cutile.compute_out import compute_out
 from kernels.cutile.fwd_pass_state import fwd_pass_state
-from kernels.reference_backward import Passes, ssd_backward
+from kernels.reference_backward import Passes, backward_passes
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 SUPPORTED_CHUNKS = (16, 32, 64, 128, 256)
@@ -173,6 +173,11 @@ def _ssd_fwd_fake(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_s
     return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty((b, h, p, n), dtype=torch.float32)
 
 
+def heads_dtype(A: Tensor) -> torch.dtype:
+    """The dtype of the backward op's per-head gradients: float32, or A's when wider."""
+    return torch.promote_types(A.dtype, torch.float32)
+
+
 _AUTOGRAD_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.AutogradFunctionality) | torch._C.DispatchKeySet(
     torch._C.DispatchKey.ADInplaceOrView
 )
@@ -209,31 +214,36 @@ def ssd_bwd(
     initial_states: Tensor | None,
     backward: str,
 ) -> list[Tensor]:
-    """Gradients [dx, ddt, dA, dB, dC, dD, ddt_bias, dinitial_states], each in its input's dtype and layout
-    (contiguous); an absent optional input gets an empty tensor in its place."""
+    """Gradients [dx, ddt, dB, dC, dheads, dinitial_states], each in its input's dtype and layout (contiguous);
+    dheads (3, h), float32 (float64 with a float64 A), holds the rows dA, d dt_bias, dD
+    (kernels.reference_backward.HEAD_GRADS; a row is zero when its input is None): one tensor, because an op's
+    outputs may not share memory and the cuTile passes finish all three in one sum. Without initial_states, an
+    empty tensor stands in for its gradient."""
     rest = (D, dt_bias, dt_softplus, initial_states)
     if backward == "cutile":
         Q = min(chunk_size, BACKWARD_CHUNK)
-        grads = ssd_backward(dy.contiguous(), dfinal, x, dt, A, B, C, Q, *rest, passes=CUTILE)
+        dx, ddt, dB, dC, dheads, dinit = backward_passes(dy.contiguous(), dfinal, x, dt, A, B, C, Q, *rest, CUTILE)
     else:
         if dfinal is None:
             dfinal = x.new_zeros(x.shape[:1] + x.shape[2:] + B.shape[-1:], dtype=torch.float32)
-        grads = _reference_grads(dy, dfinal, x, dt, A, B, C, chunk_size, *rest)
+        dx, ddt, dA, dB, dC, dD, dbias, dinit = _reference_grads(dy, dfinal, x, dt, A, B, C, chunk_size, *rest)
+        zero = A.new_zeros(A.shape, dtype=heads_dtype(A))
+        dheads = torch.stack([zero if g is None else g.to(zero.dtype) for g in (dA, dbias, dD)])
     out = []
-    for t, gt in zip((x, dt, A, B, C, D, dt_bias, initial_states), grads):
+    for t, gt in zip((x, dt, B, C, initial_states), (dx, ddt, dB, dC, dinit)):
         if t is None:
             out.append(x.new_empty(0))
         elif gt is None:  # an input the output does not depend on
             out.append(torch.zeros_like(t, memory_format=torch.contiguous_format))
         else:
             out.append(gt.to(t.dtype).contiguous())
-    return out
+    return [*out[:4], dheads.to(heads_dtype(A)), out[4]]
 
 
 @ssd_bwd.register_fake
 def _ssd_bwd_fake(dy, dfinal, x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, backward):
-    inputs = [x, dt, A, B, C, D, dt_bias, initial_states]
-    return [x.new_empty(0) if t is None else t.new_empty(t.shape) for t in inputs]
+    dinit = x.new_empty(0) if initial_states is None else initial_states.new_empty(initial_states.shape)
+    return [t.new_empty(t.shape) for t in (x, dt, B, C)] + [A.new_empty((3, *A.shape), dtype=heads_dtype(A)), dinit]
 
 
 def _setup_context(ctx, inputs, output) -> None:
@@ -247,10 +257,11 @@ def _backward(ctx, dy: Tensor | None, dfinal: Tensor | None):
     x, dt, A, B, C, D, dt_bias, initial_states = ctx.saved_tensors
     if dy is None:
         dy = torch.zeros_like(x)
-    dx, ddt, dA, dB, dC, dD, dbias, dinit = ssd_bwd(
+    dx, ddt, dB, dC, dheads, dinit = ssd_bwd(
         dy, dfinal, x, dt, A, B, C, ctx.chunk_size, D, dt_bias, ctx.dt_softplus, initial_states, ctx.backward
     )
-    optional = (None if D is None else dD, None if dt_bias is None else dbias)
+    dA, dbias, dD = dheads.unbind(0)
+    optional = (None if D is None else dD.to(D.dtype), None if dt_bias is None else dbias.to(dt_bias.dtype))
     return dx, ddt, dA, dB, dC, None, *optional, None, None if initial_states is None else dinit, None
 
 

@@ -18,8 +18,8 @@ floor's. With c = ⌈l / Q⌉ chunks (the per-token float32 arrays are allocated
     bwd_dbc         x, dy, B, C, dt_out, dA_cumsum, chunk_states, dstates   dB, dC (b, l, g, n),
                                                                             da_inter (blocks, b, h, c·Q)
     chunk_cumsum_bwd  ddt_dir, da_intra, da_inter (summed over its          ddt (b, l, h) in dt's dtype,
-                    blocks), dt_out, A; with softplus dt (b, l, h) and      partial sums (2, h, b·c)
-                    dt_bias (h,) if given
+                    blocks), dt_out, A; with softplus dt (b, l, h) and      partial sums (3, h, b·c)
+                    dt_bias (h,) if given; dD_part if D is given
 
 x, dy, y, dx, B, C, dB, dC are in the input dtype, dt in `dt_dtype` (float32 as scripts/bench_kernels.py passes it),
 chunk_states and dstates in bfloat16 with bfloat16 inputs (as fwd_pass_state and bwd_pass_state store them), else
@@ -35,8 +35,8 @@ with a "row" one float32 value per (batch, head, token), b·h·c·Q of them:
 - B is bwd_pass_state, which also writes d initial_states and, given a final-state gradient, reads it.
 - C is bwd_dx, which writes da_intra beside ddt_dir (C folds A·da into one ddt array): one row more.
 - D is bwd_dbc, which does not read C's ddt array back (one row fewer) and writes da_inter where D writes d dt_raw;
-  chunk_cumsum_bwd then reads four rows and writes d dt_raw with the partial sums for dA and d dt_bias, which one
-  torch.sum finishes (dD's partial sums, from bwd_dx, another).
+  chunk_cumsum_bwd then reads four rows and writes d dt_raw with the partial sums for dA and d dt_bias beside
+  a copy of dD's (from bwd_dx), which one torch.sum finishes.
 Beyond these, the cuTile backward runs at its own chunk size (kernels.cutile.ssd.BACKWARD_CHUNK) where such a design
 takes the forward's: at half the forward's Q, twice the chunks, so twice the bytes of chunk_states and dstates, the
 largest tensors bwd_pass_state, bwd_dx and bwd_dbc move.
@@ -153,7 +153,8 @@ def stage_traffic(stage: str, shape: SSDShape, constants: Mapping[str, int | boo
     if stage == "chunk_cumsum_bwd":
         softplus = k.get("SOFTPLUS", True)  # the raw dt and dt_bias are read for the softplus factor only
         read = 4 * rows + vector + (vector * k.get("HAS_BIAS", True) + dt) * softplus
-        return Traffic(read, dt + 2 * F32 * b * c * h)
+        read += F32 * b * c * h * k.get("HAS_D", True)
+        return Traffic(read, dt + 3 * F32 * b * c * h)
     raise ValueError(f"unknown stage {stage!r}; the cuTile stages are {', '.join(STAGES)}")
 
 

@@ -49,9 +49,10 @@ class Twin(torch.autograd.Function):
         x, dt, A, B, C, D, dt_bias, init = ctx.saved_tensors
         args = (dy, dfinal, x, dt, A, B, C, ctx.chunk_size, D, dt_bias, ctx.dt_softplus, init, ctx.backward)
         start = time.perf_counter()
-        g = cs.ssd_bwd._init_fn(*args)
+        dx, ddt, dB, dC, dheads, _ = cs.ssd_bwd._init_fn(*args)
         BODY_MS.append((time.perf_counter() - start) * 1e3)
-        return g[0], g[1], g[2], g[3], g[4], None, g[5], g[6], None, None, None
+        dA, dbias, dD = dheads.unbind(0)
+        return dx, ddt, dA, dB, dC, None, dD, dbias, None, None, None
 
 
 def seed_inputs() -> tuple[list[torch.Tensor], tuple[torch.Tensor, ...], torch.Tensor]:
