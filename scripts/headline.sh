@@ -17,11 +17,12 @@
 # Each invocation's first process is preceded by scripts/precompile.py, which compiles tuning's candidates in
 # PRECOMPILE_JOBS (default: CPU cores) parallel processes (if it fails, that process compiles as it tunes). The
 # kernels series' processes took 203 s (135 s of it precompiling on 16 cores), 52 and 45 s on one H200
-# (2026-12-01, two shapes), and with three shapes 82, 60 and 64 s after a precompile cut off at 150 s (2026-12-02);
+# (2026-12-01, two shapes), and with three shapes 74, 57 and 51 s after a precompile of 124 s (2026-12-02);
 # the sweep's 138 s (after 89 s of precompiling), 65 and 76 s; step_graphs' 388 s (after 132 s of precompiling),
 # 333 s (after 138 s of precompiling on a fresh machine) and 125 s (on the same machine right after, its caches kept);
 # step_layers' 350 s (after about 125 s of precompiling on a fresh machine), then 137 and 134 s with PRECOMPILE=0
-# right after (2026-12-02, five variants); the step series has not run yet.
+# right after (2026-12-02, five variants); step_l8192's 285 s, then 104 and 93 s with PRECOMPILE=0 (four variants);
+# the step series has not run yet.
 # PRECOMPILE=0 skips the precompile, for processes 2 and 3 on a machine whose caches process 1 filled (it took about
 # 115 s there even so).
 # RESULTS (default results/) says where the JSON goes, OUT (default the repository) where BENCHMARKS.md and
