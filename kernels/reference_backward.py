@@ -23,7 +23,7 @@ R = dCB ∘ CB, r_s = dt_s x_s · (e_s Ĝ_c B_s), q_t = dy_t · (exp(Λ_t) S_c C
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
@@ -221,7 +221,7 @@ class Passes(NamedTuple):
 HEAD_GRADS = ("A", "dt_bias", "D")  # the inputs whose gradients are the rows of `dheads`
 
 
-def backward_passes(
+def ssd_backward(
     dy: Tensor,
     dfinal_state: Tensor | None,
     x: Tensor,
@@ -254,27 +254,11 @@ def backward_passes(
     return dx, ddt, dB, dC, dheads, None if initial_states is None else dinit
 
 
-def ssd_backward(
-    dy: Tensor,
-    dfinal_state: Tensor | None,
-    x: Tensor,
-    dt: Tensor,
-    A: Tensor,
-    B: Tensor,
-    C: Tensor,
-    chunk_size: int,
-    D: Tensor | None = None,
-    dt_bias: Tensor | None = None,
-    dt_softplus: bool = False,
-    initial_states: Tensor | None = None,
-    passes: Passes | None = None,
-) -> tuple[Tensor | None, ...]:
-    """`backward_passes`' gradients in the order of the inputs: dx, ddt, dA, dB, dC, dD, ddt_bias,
-    dinitial_states; dD, ddt_bias, dinitial_states are None when the input was None, and dA, ddt_bias, dD are
-    rows of one tensor."""
-    dx, ddt, dB, dC, dheads, dinit = backward_passes(
-        dy, dfinal_state, x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, passes
-    )
+def by_input(grads: Sequence[Tensor | None], D: Tensor | None = None, dt_bias: Tensor | None = None) -> tuple:
+    """`ssd_backward`'s gradients (or the backward op's, the same six) in the order of the SSD's inputs: dx, ddt, dA,
+    dB, dC, dD, ddt_bias, dinitial_states; dA, ddt_bias and dD are rows of dheads, dD and ddt_bias None when D and
+    dt_bias are."""
+    dx, ddt, dB, dC, dheads, dinit = grads
     dA, dbias, dD = dheads.unbind(0)
     return dx, ddt, dA, dB, dC, None if D is None else dD, None if dt_bias is None else dbias, dinit
 

@@ -105,17 +105,11 @@ def test_bad_backward_is_refused():
         kernels.ssd(x, *args, 16, backend="torch", backward="cutile")
 
 
-def by_input(grads: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The backward op's gradients [dx, ddt, dB, dC, dheads, dinit] in the order of the SSD's inputs."""
-    dx, ddt, dB, dC, (dA, dbias, dD), dinit = grads
-    return [dx, ddt, dA, dB, dC, dD, dbias, dinit]
-
-
 def test_backward_op_equals_the_closed_form_gradients():
     """The op's reference backward (autograd through ssd_chunked) against an independent oracle, the closed-form
     passes of kernels.reference_backward, in float64; then with bfloat16 inputs, x a non-contiguous view: each
     gradient in its input's dtype, contiguous, within bfloat16 rounding of the float64 gradients of those inputs."""
-    from kernels.reference_backward import ssd_backward
+    from kernels.reference_backward import by_input, ssd_backward
 
     torch.manual_seed(0)
     b, l, h, p, g, n = 2, 37, 4, 8, 2, 6
@@ -124,8 +118,8 @@ def test_backward_op_equals_the_closed_form_gradients():
     inputs[2] = -inputs[2].abs()  # A < 0
     dy, dfinal = torch.randn(b, l, h, p, dtype=torch.float64), torch.randn(b, h, p, n, dtype=torch.float64)
     x, dt, A, B, C, D, bias, init = inputs
-    grads = by_input(cutile_ssd.ssd_bwd(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init, "reference"))
-    want = ssd_backward(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init)
+    grads = by_input(cutile_ssd.ssd_bwd(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init, "reference"), D, bias)
+    want = by_input(ssd_backward(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init), D, bias)
     for got, w in zip(grads, want, strict=True):
         torch.testing.assert_close(got, w, rtol=1e-9, atol=1e-9)
         assert got.is_contiguous()
@@ -136,10 +130,27 @@ def test_backward_op_equals_the_closed_form_gradients():
     grads = by_input(
         cutile_ssd.ssd_bwd(
             dy.float(), dfinal.float(), x16, dt, A, half[1], half[2], 16, D, bias, True, init, "reference"
-        )
+        ),
+        D,
+        bias,
     )
-    want = ssd_backward(
-        dy.float().double(), dfinal, x16.double(), dt, A, half[1].double(), half[2].double(), 16, D, bias, True, init
+    want = by_input(
+        ssd_backward(
+            dy.float().double(),
+            dfinal,
+            x16.double(),
+            dt,
+            A,
+            half[1].double(),
+            half[2].double(),
+            16,
+            D,
+            bias,
+            True,
+            init,
+        ),
+        D,
+        bias,
     )
     for got, w, given in zip(grads, want, (x16, dt, A, *half[1:], D, bias, init), strict=True):
         assert got.dtype == given.dtype and got.is_contiguous()

@@ -53,7 +53,7 @@ def test_passes_equal_autograd(shape, flags):
     expected = autograd_grads(t, dy, dfinal, chunk, softplus)
     got = ref_bwd.ssd_backward(dy, dfinal, *(t[k] for k in NAMES[:5]), chunk, t["D"], t["dt_bias"], softplus,
                                t["initial_states"])  # fmt: skip
-    for name, g_got in zip(NAMES, got):
+    for name, g_got in zip(NAMES, ref_bwd.by_input(got, t["D"], t["dt_bias"])):
         if t[name] is None:
             assert g_got is None, name
             continue
@@ -67,6 +67,7 @@ def test_gradients_do_not_depend_on_the_chunk_size():
     args = [t[k] for k in NAMES[:5]]
     a = ref_bwd.ssd_backward(dy, dfinal, *args, 32, t["D"], t["dt_bias"], True, t["initial_states"])
     b = ref_bwd.ssd_backward(dy, dfinal, *args, 64, t["D"], t["dt_bias"], True, t["initial_states"])
+    a, b = (ref_bwd.by_input(grads, t["D"], t["dt_bias"]) for grads in (a, b))
     for name, ga, gb in zip(NAMES, a, b):
         torch.testing.assert_close(ga, gb, rtol=1e-10, atol=1e-10, msg=name)
 
@@ -79,6 +80,8 @@ def test_padding_tokens_do_not_leak_into_the_final_state_gradient():
     dfinal = torch.randn(1, 2, 4, 8, dtype=F64, generator=torch.Generator().manual_seed(3))
     expected = autograd_grads(t, dy, dfinal, 64, True)
     got = ref_bwd.ssd_backward(dy, dfinal, *(t[k] for k in NAMES[:5]), 64, t["D"], t["dt_bias"], True, None)
-    for name, g_got in zip(NAMES, got):  # dy = 0: only the final state's gradient flows, every input's but C's
+    for name, g_got in zip(
+        NAMES, ref_bwd.by_input(got, t["D"], t["dt_bias"])
+    ):  # dy = 0: only the final state's gradient flows, every input's but C's
         if t[name] is not None:
             torch.testing.assert_close(g_got, expected[name], rtol=1e-10, atol=1e-10, msg=name)

@@ -2,7 +2,7 @@
 
     forward   chunk_cumsum -> fwd_pass_state -> compute_out                  (as kernels.reference.ssd_chunked)
     backward  "reference": autograd through kernels.reference.ssd_chunked   (the design this project measures)
-              "cutile":    kernels.reference_backward.backward_passes composing the cuTile passes:
+              "cutile":    kernels.reference_backward.ssd_backward composing the cuTile passes:
                            chunk_cumsum (also writing dA_cumsum·log2(e) for bwd_dx) -> fwd_pass_state
                            (recomputed, on a second stream) -> bwd_pass_state -> bwd_dx -> bwd_dbc
                            (after the recompute) -> chunk_cumsum_bwd
@@ -33,7 +33,7 @@ from kernels.cutile.chunk_cumsum import chunk_cumsum, chunk_cumsum_log2
 from kernels.cutile.chunk_cumsum_bwd import chunk_cumsum_bwd
 from kernels.cutile.compute_out import compute_out
 from kernels.cutile.fwd_pass_state import fwd_pass_state
-from kernels.reference_backward import Passes, backward_passes
+from kernels.reference_backward import Passes, by_input, ssd_backward
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 SUPPORTED_CHUNKS = (16, 32, 64, 128, 256)
@@ -222,7 +222,7 @@ def ssd_bwd(
     rest = (D, dt_bias, dt_softplus, initial_states)
     if backward == "cutile":
         Q = min(chunk_size, BACKWARD_CHUNK)
-        dx, ddt, dB, dC, dheads, dinit = backward_passes(dy.contiguous(), dfinal, x, dt, A, B, C, Q, *rest, CUTILE)
+        dx, ddt, dB, dC, dheads, dinit = ssd_backward(dy.contiguous(), dfinal, x, dt, A, B, C, Q, *rest, CUTILE)
     else:
         if dfinal is None:
             dfinal = x.new_zeros(x.shape[:1] + x.shape[2:] + B.shape[-1:], dtype=torch.float32)
@@ -257,12 +257,12 @@ def _backward(ctx, dy: Tensor | None, dfinal: Tensor | None):
     x, dt, A, B, C, D, dt_bias, initial_states = ctx.saved_tensors
     if dy is None:
         dy = torch.zeros_like(x)
-    dx, ddt, dB, dC, dheads, dinit = ssd_bwd(
+    grads = ssd_bwd(
         dy, dfinal, x, dt, A, B, C, ctx.chunk_size, D, dt_bias, ctx.dt_softplus, initial_states, ctx.backward
     )
-    dA, dbias, dD = dheads.unbind(0)
-    optional = (None if D is None else dD.to(D.dtype), None if dt_bias is None else dbias.to(dt_bias.dtype))
-    return dx, ddt, dA, dB, dC, None, *optional, None, None if initial_states is None else dinit, None
+    dx, ddt, dA, dB, dC, dD, dbias, dinit = by_input(grads, D, dt_bias)
+    dA, dD, dbias = (None if t is None else g.to(t.dtype) for g, t in ((dA, A), (dD, D), (dbias, dt_bias)))
+    return dx, ddt, dA, dB, dC, None, dD, dbias, None, None if initial_states is None else dinit, None
 
 
 torch.library.register_autograd("mamba2_cutile::ssd_fwd", _backward, setup_context=_setup_context)
