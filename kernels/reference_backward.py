@@ -88,7 +88,7 @@ def bwd_dx(
     dstates: Tensor,
     D: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-    """dx, dD and the state-free parts of ddt, per (chunk, head).
+    """dx, dD's partial sums and the state-free parts of ddt, per (chunk, head).
 
     dx̃_s = Σ_{t>=s} CB[t,s] L[t,s] dy_t + e_s Ĝ_c B_s;  dx_s = dt_s dx̃_s + D dy_s;  ddt_dir_s = x_s · dx̃_s.
 
@@ -188,7 +188,8 @@ def chunk_cumsum_bwd(
 
     Args:
         ddt_dir, da_intra, da_inter, dt_out: (b, h, c, Q).  dt: (b, l, h) the forward's raw dt (tokens past l
-        are padding).  A: (h,).  dD_parts: (h, m) partial sums of dD (`bwd_dx`'s) or None.
+        are padding).  A: (h,).  dD_parts: (h, b·c) partial sums of dD (`bwd_dx`'s; any number of
+        columns is summed) or None.
     Returns:
         ddt: (b, l, h) gradient of the raw dt.
         dheads: (3, h), the rows dA, d dt_bias, dD (HEAD_GRADS); a row is zero when its input is None.

@@ -50,7 +50,7 @@ STAGES: dict[str, tuple[Callable, tuple[str, ...]]] = {
     "bwd_dbc": (ref_bwd.bwd_dbc, ("x", "dy", "B", "C", "dt_out", "dA_cumsum", "chunk_states", "dstates")),
     "chunk_cumsum_bwd": (
         ref_bwd.chunk_cumsum_bwd,
-        ("ddt_dir", "da_intra", "da_inter", "dt_out", "dt", "A", "softplus", "dt_bias"),
+        ("ddt_dir", "da_intra", "da_inter", "dt_out", "dt", "A", "softplus", "dt_bias", "dD_parts"),
     ),
 }
 # timed shapes (bf16 inputs, head dim 64, state 128 unless said, one group): the seed article's, one layer of the
@@ -62,7 +62,19 @@ SHAPES = {
     "n64": {"b": 4, "l": 16384, "h": 8, "n": 64},
 }
 ROWS = ("ddt_dir", "da_intra", "da_inter")  # chunk_cumsum_bwd's gradient rows: random, (b, h, c, Q) as dt_out
-UPSTREAM = {"dt_out", "dA_cumsum", "chunk_states", "dstates", "D", "initial_states", "dfinal", "A", "dt_bias", *ROWS}
+UPSTREAM = {
+    "dt_out",
+    "dA_cumsum",
+    "chunk_states",
+    "dstates",
+    "D",
+    "initial_states",
+    "dfinal",
+    "A",
+    "dt_bias",
+    "dD_parts",
+}
+UPSTREAM |= set(ROWS)
 STATES = {"chunk_states", "dstates"}  # the upstream tensors --states sets the dtype of
 
 
@@ -74,10 +86,13 @@ def load(stage: str, path: str | None) -> Callable:
 
 
 def inputs(chunk: int, dtype: torch.dtype = torch.bfloat16, p: int = 64, n: int = 128, **shape) -> dict:
-    """stage_inputs (head dim p, state n) and random gradient rows for chunk_cumsum_bwd (float64, as the upstream)."""
+    """stage_inputs (head dim p, state n) and random gradient rows and dD partial sums (h, b·c) for chunk_cumsum_bwd
+    (float64, as the upstream)."""
     t = stage_inputs(dtype, chunk, p, n, **shape)
     g = torch.Generator(device=t["dt_out"].device).manual_seed(shape.get("seed", 0) + 7)
     t.update({name: torch.randn(t["dt_out"].shape, generator=g, device=g.device).double() for name in ROWS})
+    b, h, c, _ = t["dt_out"].shape
+    t["dD_parts"] = torch.randn(h, b * c, generator=g, device=g.device).double()
     return t
 
 

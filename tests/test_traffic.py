@@ -103,3 +103,11 @@ def test_profiled_reads_a_name_recorded_before_a_kernel_changed():
     found = profiled(recorded)
     assert found.stage == "chunk_cumsum"
     assert found.constants == {"Q": 64, "TILE_H": 8, "HAS_BIAS": True, "SOFTPLUS": True}
+    # chunk_cumsum_bwd_kernel as the same series recorded it at commit af54e08, before dD_part and HAS_D were added
+    recorded = (
+        "chunk_cumsum_bwd_kernel_Kt1" + "_A3f32_3v4l0_4i16t1_p16" * 4 + "_A3f32_2i16_3v4l0_4t1_p16"
+        "_A1f32_1t1_p16_A1f32_1t1_p16_A3f32_2i16_3v4l0_4t1_p16_A3f32_3v4l0_4i16t1_p16_Si32_I64_I16_B1_B1"
+    )
+    found = profiled(recorded)
+    assert found.stage == "chunk_cumsum_bwd"
+    assert found.constants == {"Q": 64, "TILE_H": 16, "HAS_BIAS": True, "SOFTPLUS": True}

@@ -1,4 +1,4 @@
-"""Backward stage 2 in cuTile: dx, dD and the state-free parts of the decay gradient, per (chunk, head).
+"""Backward stage 2 in cuTile: dx, dD's partial sums and the state-free parts of the decay gradient, per (chunk, head).
 
 Reference: `kernels.reference_backward.bwd_dx`, whose contract the host function keeps. One program
 per (batch·head, chunk) holds the whole chunk (Q tokens, all of p and n) in registers:

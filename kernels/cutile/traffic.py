@@ -176,9 +176,14 @@ def kernel_parameters(stage: str) -> tuple[str, ...]:
 
 
 # Parameter lists a stage's kernel had before its present one, so that names recorded in results/ before a change
-# still parse: chunk_cumsum_kernel without dA_log2 and LOG2 (before c657576).
+# still parse: chunk_cumsum_kernel without dA_log2 and LOG2 (before c657576); chunk_cumsum_bwd_kernel without
+# dD_part and HAS_D (before 4d9319c; its floor is then the present kernel's, which also copies dD's partial sums).
 FORMER_PARAMETERS = {
     "chunk_cumsum": (("dt", "A", "dt_bias", "dt_out", "dA_cumsum", "seqlen", "Q", "TILE_H", "HAS_BIAS", "SOFTPLUS"),),
+    "chunk_cumsum_bwd": (
+        ("ddt_dir", "da_intra", "da_inter", "dt_out", "dt", "A", "dt_bias", "ddt", "partials", "seqlen", "Q")
+        + ("TILE_H", "HAS_BIAS", "SOFTPLUS"),
+    ),
 }
 
 
