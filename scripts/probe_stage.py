@@ -62,19 +62,8 @@ SHAPES = {
     "n64": {"b": 4, "l": 16384, "h": 8, "n": 64},
 }
 ROWS = ("ddt_dir", "da_intra", "da_inter")  # chunk_cumsum_bwd's gradient rows: random, (b, h, c, Q) as dt_out
-UPSTREAM = {
-    "dt_out",
-    "dA_cumsum",
-    "chunk_states",
-    "dstates",
-    "D",
-    "initial_states",
-    "dfinal",
-    "A",
-    "dt_bias",
-    "dD_parts",
-}
-UPSTREAM |= set(ROWS)
+UPSTREAM = {"dt_out", "dA_cumsum", "chunk_states", "dstates", "D", "initial_states", "dfinal", "A", "dt_bias"}
+UPSTREAM |= {"dD_parts", *ROWS}  # chunk_cumsum_bwd's
 STATES = {"chunk_states", "dstates"}  # the upstream tensors --states sets the dtype of
 
 
