@@ -346,7 +346,8 @@ def test_a_forced_configuration_replaces_tuning_for_its_stage_only(tmp_path, mon
 
 def test_cutile_backward_glue_with_reference_passes(monkeypatch):
     """The backward="cutile" path of the op (casts, absent inputs, layouts), its passes swapped for the
-    reference stages so it runs here: it must give the reference path's gradients in the inputs' dtypes."""
+    reference stages so it runs here: it must give the reference path's gradients in the inputs' dtypes, with the
+    shapes and dtypes its fake implementation promises torch.compile."""
     from kernels import reference_backward
 
     monkeypatch.setattr(cutile_ssd, "CUTILE", reference_backward.REFERENCE)
@@ -361,14 +362,20 @@ def test_cutile_backward_glue_with_reference_passes(monkeypatch):
         torch.randn(b, h, p, n),
     )
     dy = torch.randn(b, l, h, p).transpose(0, 1).contiguous().transpose(0, 1)  # not contiguous
+
+    def like(tensors):  # what torch.compile traces with: shapes and dtypes
+        return [(t.shape, t.dtype) for t in tensors]
+
     for dfinal in (torch.randn(b, h, p, n), None):
         got = cutile_ssd.ssd_bwd(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init, "cutile")
         want = cutile_ssd.ssd_bwd(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init, "reference")
-        for a, w in zip(got, want):
+        for a, w in zip(got, want, strict=True):
             torch.testing.assert_close(a, w, rtol=1e-4, atol=1e-5)
             assert a.dtype == w.dtype and a.is_contiguous()
+        assert like(got) == like(cutile_ssd._ssd_bwd_fake(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init, ""))
     absent = cutile_ssd.ssd_bwd(dy, None, x, dt, A, B, C, 16, None, None, False, None, "cutile")
     assert absent[5].numel() == 0 and absent[4].shape == (3, h) and not absent[4][1:].any()
+    assert like(absent) == like(cutile_ssd._ssd_bwd_fake(dy, None, x, dt, A, B, C, 16, None, None, False, None, ""))
 
 
 def test_cutile_backward_runs_at_its_own_chunk_size(monkeypatch):
