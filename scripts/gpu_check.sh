@@ -13,7 +13,7 @@
 # out, the test it was running and the innermost frames of its last such dump are printed. OUTDIR gets the
 # collected ids (ids.txt, collect.txt), each job's log (jobN.txt) and exit code (exit_codes.txt), every
 # test's outcome (outcomes.txt), and the tests with none (no_outcome.txt: the job timed out or crashed
-# first). Exits 1 when a test failed or has no outcome, every test skipped, or a job ended with anything but
+# first); each skipped test is printed with its reason. Exits 1 when a test failed or has no outcome, every test skipped, or a job ended with anything but
 # 0 (a crash at exit included); 2 when the selection cannot be collected or no GPU is visible.
 set -uo pipefail
 out=${1:?usage: scripts/gpu_check.sh OUTDIR JOBS [PYTEST SELECTION...]}
@@ -51,6 +51,7 @@ grep -hoE '^tests/.* (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)' "$out"/job*.txt 
 sed -E 's/ [A-Z]+$//' "$out/outcomes.txt" | sort | comm -23 <(sort "$out/ids.txt") - >"$out/no_outcome.txt"
 bad_jobs=$(awk '$2 != 0' "$out/exit_codes.txt")
 echo "gpu_check: $(awk '{print $NF}' "$out/outcomes.txt" | sort | uniq -c | tr -s ' \n' ' ')no outcome $(wc -l <"$out/no_outcome.txt")"
+grep -hoE '^tests/[^ ]+ SKIPPED \(.*\)' "$out"/job*.txt | sort | sed 's/^/gpu_check: /'  # each skip, with its reason
 [ -z "$bad_jobs" ] || echo "gpu_check: jobs that did not exit with 0 (exit code; 123: pytest reported failures or" \
     "errors; 124: timed out; 125: killed by a signal, a crash at exit included): $(echo "$bad_jobs" | tr '\n' ' ')"
 for i in $(awk '$2 == 124 {sub("job", "", $1); print $1}' "$out/exit_codes.txt"); do

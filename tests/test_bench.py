@@ -237,11 +237,13 @@ def test_ab_kernels_stops_at_ctrl_c(tmp_path):
 
 
 def test_gpu_check_names_the_stuck_test_and_where_it_waits(tmp_path):
-    """gpu_check.sh on a selection whose second test never ends: the job times out, and the report names that
-    test and the frame it waits in (from the stack dump pytest's faulthandler_timeout writes)."""
+    """gpu_check.sh on a selection whose third test never ends: the job times out, and the report names that
+    test and the frame it waits in (from the stack dump pytest's faulthandler_timeout writes); the skipped test
+    is printed with its reason."""
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_stuck.py").write_text(
         "import time\nimport pytest\n\n\n@pytest.mark.gpu\ndef test_quick():\n    pass\n\n\n"
+        "@pytest.mark.gpu\ndef test_skipped():\n    pytest.skip('needs two GPUs')\n\n\n"
         "@pytest.mark.gpu\ndef test_stuck():\n    time.sleep(120)\n"
     )
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0", "GPU_CHECK_TIMEOUT": "20", "GPU_CHECK_STACK": "3"}
@@ -254,9 +256,10 @@ def test_gpu_check_names_the_stuck_test_and_where_it_waits(tmp_path):
         timeout=120,
     )
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "gpu_check:  1 PASSED no outcome 1" in done.stdout
+    assert "gpu_check:  1 PASSED 1 SKIPPED no outcome 1" in done.stdout
+    assert "gpu_check: tests/test_stuck.py::test_skipped SKIPPED (needs two GPUs)\n" in done.stdout
     report = done.stdout.split("gpu_check: job0 timed out in tests/test_stuck.py::test_stuck\n", 1)[1]
-    assert 'test_stuck.py", line 12 in test_stuck' in report.splitlines()[0]
+    assert 'test_stuck.py", line 17 in test_stuck' in report.splitlines()[0]
 
 
 def test_bench_step_keeps_the_other_rows_when_a_variant_fails(tmp_path, monkeypatch, capsys):
