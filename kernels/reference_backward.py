@@ -192,7 +192,7 @@ def chunk_cumsum_bwd(
         columns is summed) or None.
     Returns:
         ddt: (b, l, h) gradient of the raw dt.
-        dheads: (3, h), the rows dA, d dt_bias, dD (HEAD_GRADS); a row is zero when its input is None.
+        dheads: (3, h), the rows dA, d dt_bias, dD; a row is zero when its input is None.
     """
     b, h, c, Q = dt_out.shape
     da = da_intra + da_inter
@@ -219,9 +219,6 @@ class Passes(NamedTuple):
     chunk_cumsum_bwd: Callable
 
 
-HEAD_GRADS = ("A", "dt_bias", "D")  # the inputs whose gradients are the rows of `dheads`
-
-
 def ssd_backward(
     dy: Tensor,
     dfinal_state: Tensor | None,
@@ -242,7 +239,7 @@ def ssd_backward(
 
     Returns:
         dx, ddt, dB, dC, dheads, dinitial_states: dx, dB, dC as the passes return them, the rest in the compute
-        dtype; dheads (3, h) holds dA, d dt_bias, dD (HEAD_GRADS; zero rows for absent inputs); dinitial_states
+        dtype; dheads (3, h) holds dA, d dt_bias, dD (zero rows for absent inputs); dinitial_states
         is None when initial_states is.
     """
     p = passes or REFERENCE

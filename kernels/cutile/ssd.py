@@ -215,11 +215,12 @@ def ssd_bwd(
     backward: str,
 ) -> list[Tensor]:
     """Gradients [dx, ddt, dB, dC, dheads, dinitial_states], each in its input's dtype and layout (contiguous);
-    dheads (3, h), float32 (float64 with a float64 A), holds the rows dA, d dt_bias, dD
-    (kernels.reference_backward.HEAD_GRADS; a row is zero when its input is None): one tensor, because an op's
-    outputs may not share memory and the cuTile passes finish all three in one sum. Without initial_states, an
+    dheads (3, h), float32 (float64 with a float64 A), holds the rows dA, d dt_bias, dD (a row is zero when its
+    input is None; kernels.reference_backward.by_input splits them): one tensor, because an op's outputs may not
+    share memory and the cuTile passes finish all three in one sum. Without initial_states, an
     empty tensor stands in for its gradient."""
     rest = (D, dt_bias, dt_softplus, initial_states)
+    dtype = heads_dtype(A)
     if backward == "cutile":
         Q = min(chunk_size, BACKWARD_CHUNK)
         dx, ddt, dB, dC, dheads, dinit = ssd_backward(dy.contiguous(), dfinal, x, dt, A, B, C, Q, *rest, CUTILE)
@@ -227,8 +228,8 @@ def ssd_bwd(
         if dfinal is None:
             dfinal = x.new_zeros(x.shape[:1] + x.shape[2:] + B.shape[-1:], dtype=torch.float32)
         dx, ddt, dA, dB, dC, dD, dbias, dinit = _reference_grads(dy, dfinal, x, dt, A, B, C, chunk_size, *rest)
-        zero = A.new_zeros(A.shape, dtype=heads_dtype(A))
-        dheads = torch.stack([zero if g is None else g.to(zero.dtype) for g in (dA, dbias, dD)])
+        zero = A.new_zeros(A.shape, dtype=dtype)
+        dheads = torch.stack([zero if g is None else g.to(dtype) for g in (dA, dbias, dD)])
     out = []
     for t, gt in zip((x, dt, B, C, initial_states), (dx, ddt, dB, dC, dinit)):
         if t is None:
@@ -237,7 +238,7 @@ def ssd_bwd(
             out.append(torch.zeros_like(t, memory_format=torch.contiguous_format))
         else:
             out.append(gt.to(t.dtype).contiguous())
-    return [*out[:4], dheads.to(heads_dtype(A)), out[4]]
+    return [*out[:4], dheads.to(dtype), out[4]]
 
 
 @ssd_bwd.register_fake

@@ -28,6 +28,7 @@ import bench_kernels  # noqa: E402
 
 import kernels  # noqa: E402
 from kernels.cutile import ssd as cs  # noqa: E402
+from kernels.reference_backward import by_input  # noqa: E402
 from lightning_modules.measure.timing import wall_ms  # noqa: E402
 
 BODY_MS: list[float] = []  # host milliseconds of each Twin.backward body
@@ -49,9 +50,9 @@ class Twin(torch.autograd.Function):
         x, dt, A, B, C, D, dt_bias, init = ctx.saved_tensors
         args = (dy, dfinal, x, dt, A, B, C, ctx.chunk_size, D, dt_bias, ctx.dt_softplus, init, ctx.backward)
         start = time.perf_counter()
-        dx, ddt, dB, dC, dheads, _ = cs.ssd_bwd._init_fn(*args)
+        grads = cs.ssd_bwd._init_fn(*args)
         BODY_MS.append((time.perf_counter() - start) * 1e3)
-        dA, dbias, dD = dheads.unbind(0)
+        dx, ddt, dA, dB, dC, dD, dbias, _ = by_input(grads, D, dt_bias)
         return dx, ddt, dA, dB, dC, None, dD, dbias, None, None, None
 
 
