@@ -1,6 +1,6 @@
 """Probe one cuTile stage: the production kernel and variant files of it, each checked against its reference
 stage in float64, then timed side by side at the seed shape (or one layer of the medium model's training step,
---shape step). For tuning: copy kernels/cutile/<stage>.py
+--shape step or step_l8192). For tuning: copy kernels/cutile/<stage>.py
 somewhere, change it, and probe both in one run (results/tuning_log.md keeps what was tried).
 
     python scripts/probe_stage.py bwd_dx                                 # the production kernel alone
@@ -54,11 +54,12 @@ STAGES: dict[str, tuple[Callable, tuple[str, ...]]] = {
     ),
 }
 # timed shapes (bf16 inputs, head dim 64, state 128 unless said, one group): the seed article's, one layer of the
-# medium model's training step (configs/medium.yaml: d_model 768, expand 2 -> 24 heads; L 2048, batch 8), and the
-# seed's with state 64 (bench_kernels' sweep is furthest behind its ratio target at head dim 64 with state 64)
+# medium model's training step (configs/medium.yaml: d_model 768, expand 2 -> 24 heads; L 2048, batch 8; or L 8192,
+# batch 2), and the seed's with state 64 (bench_kernels' sweep is furthest behind its ratio target at head dim 64 with state 64)
 SHAPES = {
     "seed": {"b": 4, "l": 16384, "h": 8},
     "step": {"b": 8, "l": 2048, "h": 24},
+    "step_l8192": {"b": 2, "l": 8192, "h": 24},
     "n64": {"b": 4, "l": 16384, "h": 8, "n": 64},
 }
 ROWS = ("ddt_dir", "da_intra", "da_inter")  # chunk_cumsum_bwd's gradient rows: random, (b, h, c, Q) as dt_out

@@ -21,6 +21,7 @@ from kernels.cutile.chunk_cumsum import LOG2E, chunk_cumsum, chunk_cumsum_log2
 from kernels.cutile.chunk_cumsum_bwd import chunk_cumsum_bwd, search_space
 from kernels.cutile.compute_out import compute_out
 from kernels.cutile.fwd_pass_state import fwd_pass_state, states_dtype
+from kernels.cutile.fwd_pass_state import search_space as state_space
 from kernels.testing import rel_err, stage_inputs
 from tests.gpu_common import CUTILE, SEEDS, TOL
 
@@ -177,3 +178,22 @@ def test_every_tuning_configuration_of_the_backward(stage, config):
     assert launched == [config]
     for i, (a, b) in enumerate(zip(got, want)):
         assert rel_err(a, b) < TOL[torch.bfloat16], (stage, config, i)
+
+
+WALKS = [cfg for cfg in state_space(64, 128, True) if cfg.chunks_per_step == 2]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("nchunks", [1, 4, 5])
+@pytest.mark.parametrize("config", WALKS, ids=str)
+def test_forward_walk_taking_two_chunks_an_iteration(config, nchunks, dtype):
+    """Each two-chunk configuration tuning can pick, forced, against the float64 stage: an even number of chunks,
+    an odd one (the walk's last iteration steps past the end) and a single chunk; the last chunk short."""
+    chunk = 64
+    t = stage_inputs(dtype, chunk, 64, 128, l=nchunks * chunk - 21, seed=SEEDS[dtype] + nchunks)
+    t64 = {k: None if v is None else v.to(F64) for k, v in t.items()}
+    with tuning.forced("fwd_pass_state", config) as launched:
+        s, fin = fwd_pass_state(t["x"], t["B"], *f32(t["dt_out"], t["dA_cumsum"], t64["initial_states"]))
+    assert launched == [config]
+    assert s.shape == t["chunk_states"].shape
+    assert rel_err(s, t["chunk_states"]) < TOL[dtype] and rel_err(fin, t["final_state"]) < TOL[dtype]

@@ -107,17 +107,21 @@ def signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
                 _cumsum_signature(dtype, 128, softplus),
             )
     for name, dtype in DTYPES.items():
-        for chunk, tile_p, tile_n, has_init in ((64, 64, 64, True), (128, 32, 64, False), (256, 16, 128, True)):
+        for chunk, tile_p, tile_n, has_init, step in (
+            (64, 64, 64, True, 1),
+            (128, 32, 64, False, 2),
+            (256, 16, 128, True, 2),
+        ):
             yield (
                 *_hinted(
-                    f"fwd_pass_state[{name},Q={chunk},P={tile_p},N={tile_n},init={has_init}]",
+                    f"fwd_pass_state[{name},Q={chunk},P={tile_p},N={tile_n},init={has_init},step={step}]",
                     fwd_pass_state_kernel,
                     StateConfig().occupancy,
                 ),
                 _signature(
                     [_array(dtype, 4), _array(dtype, 4), _array(f32, 3), _array(f32, 3)]
                     + [_array(f32, 4), _array(_states(name), 5), _array(f32, 4)]
-                    + [8, 8, chunk, tile_p, tile_n, has_init, name == "float32", 4]
+                    + [8, 8, chunk, tile_p, tile_n, has_init, name == "float32", 4, step]
                 ),
             )
     for name, dtype in DTYPES.items():

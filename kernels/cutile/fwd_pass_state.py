@@ -2,10 +2,15 @@
 
 Reference: `kernels.reference.fwd_pass_state`, whose contract the host function `fwd_pass_state` keeps.
 One program per (batch, head, head-dim tile, state tile)
-walks the chunks in order: it stores the state entering chunk k (in chunk_states' dtype), then jumps over the chunk
-in one step: the old state decays by exp(G_end) and one ct.mma adds all Q tokens,
+walks the chunks in order and jumps over each chunk in one step: the old state decays by exp(G_end) and one
+ct.mma adds all Q tokens,
     state = exp(G_end) * state + xᵀ (B * exp(G_end - G) * dt)        (TILE_P, Q) @ (Q, TILE_N).
-Sequential steps: number of chunks, not number of tokens.
+Sequential steps: number of chunks, not number of tokens. An iteration of the walk takes STEP chunks (1 or 2,
+the configuration's `chunks_per_step`): one load of their STEP·Q tokens, the chunks stepped over in turn, and one
+store of the STEP states entering them (in chunk_states' dtype). Two chunks an iteration halve the loads and stores
+issued and cut the walk's time by about a tenth at the seed's shape (results/tuning_log.md, "two chunks an
+iteration"). A walk with an odd number of chunks ends in a chunk past the end: its loads pad with zeros (dt 0, so
+the state passes it unchanged) and its store falls outside chunk_states, where cuTile drops it.
 
 With bf16 inputs chunk_states is stored in bf16, as mamba_ssm's state passing stores the states in the
 inputs' dtype: it halves the largest tensor this stage writes and compute_out and bwd_dbc read. The recurrence
@@ -41,6 +46,7 @@ def fwd_pass_state_kernel(
     HAS_INIT: ConstBool,
     TF32: ConstBool,
     LATENCY: ConstInt,
+    STEP: ConstInt,
 ):
     bh = ct.bid(0)
     bi = bh // NHEADS
@@ -55,34 +61,41 @@ def fwd_pass_state_kernel(
     else:
         state = ct.zeros((TILE_P, TILE_N), dtype=ct.float32)
     nchunks = chunk_states.shape[1]
-    for k in range(nchunks):
-        # the stored copy is rounded to chunk_states' dtype; the state carried on stays fp32
+    for j in range(ct.cdiv(nchunks, STEP)):
+        tokens = STEP * Q
+        gs = ct.load(dA_cumsum, index=(bi, hi, j), shape=(1, 1, tokens), padding_mode=ZERO, latency=2)
+        ds = ct.load(dt_out, index=(bi, hi, j), shape=(1, 1, tokens), padding_mode=ZERO, latency=2)
+        xs = ct.load(x, index=(bi, j, hi, pj), shape=(1, tokens, 1, TILE_P), padding_mode=ZERO, latency=LATENCY)
+        bs = ct.load(B, index=(bi, j, gi, nj), shape=(1, tokens, 1, TILE_N), padding_mode=ZERO, latency=LATENCY)
+        gs, ds = gs.reshape((tokens, 1)), ds.reshape((tokens, 1))
+        xs, bs = xs.reshape((tokens, TILE_P)), bs.reshape((tokens, TILE_N))
+        entering = state.reshape((1, TILE_P, TILE_N))  # the states entering this iteration's chunks, in order
+        for s in ct.static_iter(range(STEP)):
+            # natural-log units with ct.exp: scaling the loaded g by log2(e) for exp2 made this loop slower
+            # (results/tuning_log.md, "exp against exp2")
+            g = ct.extract(gs, index=(s, 0), shape=(Q, 1))
+            d = ct.extract(ds, index=(s, 0), shape=(Q, 1))
+            xk = ct.extract(xs, index=(s, 0), shape=(Q, TILE_P))
+            bk = ct.extract(bs, index=(s, 0), shape=(Q, TILE_N))
+            g_end = ct.extract(g, index=(Q - 1, 0), shape=(1, 1))
+            # B scaled by each token's decay to the chunk end and its dt; operands in the input dtype
+            # (bf16/fp16) or TF32 (fp32 inputs), accumulation in fp32.
+            bw = bk.astype(ct.float32) * (ct.exp(g_end - g) * d)
+            if TF32:
+                xt = ct.transpose(xk.astype(ct.tfloat32))
+                bw = bw.astype(ct.tfloat32)
+            else:
+                xt = ct.transpose(xk)
+                bw = bw.astype(xk.dtype)
+            state = ct.mma(xt, bw, state * ct.exp(g_end))
+            if s < STEP - 1:
+                entering = ct.cat((entering, state.reshape((1, TILE_P, TILE_N))), 0)
+        # the stored copies are rounded to chunk_states' dtype; the state carried on stays fp32
         ct.store(
             chunk_states,
-            index=(bi, k, hi, pj, nj),
-            tile=state.astype(chunk_states.dtype).reshape((1, 1, 1, TILE_P, TILE_N)),
+            index=(bi, j, hi, pj, nj),
+            tile=entering.astype(chunk_states.dtype).reshape((1, STEP, 1, TILE_P, TILE_N)),
         )
-        # natural-log units with ct.exp: scaling the loaded g by log2(e) for exp2 made this loop slower
-        # (results/tuning_log.md, "exp against exp2")
-        g = ct.load(dA_cumsum, index=(bi, hi, k), shape=(1, 1, Q), latency=2).reshape((Q, 1))
-        d = ct.load(dt_out, index=(bi, hi, k), shape=(1, 1, Q), latency=2).reshape((Q, 1))
-        xk = ct.load(x, index=(bi, k, hi, pj), shape=(1, Q, 1, TILE_P), padding_mode=ZERO, latency=LATENCY).reshape(
-            (Q, TILE_P)
-        )
-        bk = ct.load(B, index=(bi, k, gi, nj), shape=(1, Q, 1, TILE_N), padding_mode=ZERO, latency=LATENCY).reshape(
-            (Q, TILE_N)
-        )
-        g_end = ct.extract(g, index=(Q - 1, 0), shape=(1, 1))
-        # B scaled by each token's decay to the chunk end and its dt; operands in the input dtype
-        # (bf16/fp16) or TF32 (fp32 inputs), accumulation in fp32.
-        bw = bk.astype(ct.float32) * (ct.exp(g_end - g) * d)
-        if TF32:
-            xt = ct.transpose(xk.astype(ct.tfloat32))
-            bw = bw.astype(ct.tfloat32)
-        else:
-            xt = ct.transpose(xk)
-            bw = bw.astype(xk.dtype)
-        state = ct.mma(xt, bw, state * ct.exp(g_end))
     ct.store(final_state, index=(bi, hi, pj, nj), tile=state.reshape((1, 1, TILE_P, TILE_N)))
 
 
@@ -99,10 +112,13 @@ class StateConfig:
     TILE_N: int = 64
     latency: int = 4
     occupancy: int = 2
+    chunks_per_step: int = 1  # fwd_pass_state's STEP; bwd_pass_state steps one chunk an iteration
 
 
-def search_space(headdim: int, dstate: int) -> list[StateConfig]:
-    """Configurations worth timing for this head dim and state dim."""
+def search_space(headdim: int, dstate: int, two_chunk_steps: bool = False) -> list[StateConfig]:
+    """Configurations worth timing for this head dim and state dim; with `two_chunk_steps` also walks taking two
+    chunks an iteration, for tiles of at most 2048 elements at occupancy 2 and 4 (larger tiles spill holding two
+    chunks' tokens, and occupancy 1 never won: results/tuning_log.md, "two chunks an iteration")."""
     space = []
     for tp in (16, 32, 64):
         for tn in (32, 64, 128):
@@ -110,6 +126,8 @@ def search_space(headdim: int, dstate: int) -> list[StateConfig]:
                 continue
             for occ in (1, 2, 4):
                 space.append(StateConfig(tp, tn, 4, occ))
+                if two_chunk_steps and tp * tn <= 2048 and occ > 1:
+                    space.append(StateConfig(tp, tn, 4, occ, 2))
     return space
 
 
@@ -141,8 +159,10 @@ def fwd_pass_state(
         grid = (b * h, -(-p // cfg.TILE_P), -(-n // cfg.TILE_N))
         args = (x, B, dt_out.view(rows), dA_cumsum.view(rows), init, chunk_states, final_state, h, h // g)
         args += (chunk_size, cfg.TILE_P, cfg.TILE_N, initial_states is not None, x.dtype == torch.float32, cfg.latency)
+        # one chunk: a (1, 2, ...) store would not be clipped at c = 1 (cuTile then writes the next head's state)
+        args += (min(cfg.chunks_per_step, nchunks),)
         return grid, with_hints(fwd_pass_state_kernel, cfg.occupancy), args
 
     key = shape_key(x, B, chunk_size)
-    launch("fwd_pass_state", key, StateConfig(), lambda: search_space(p, n), spec, x.device)
+    launch("fwd_pass_state", key, StateConfig(), lambda: search_space(p, n, True), spec, x.device)
     return chunk_states, final_state
