@@ -1,16 +1,17 @@
 """scripts/kernel_resources.py --launched, on the CPU: a kernel name as a GPU profile shows it gives back that
-launch's specialization, from the production module or from a changed copy (compiling it needs cuobjdump and
-runs in the AOT test's way; here only the lookup)."""
+launch's specialization, from the production module or from a changed copy; and one launched specialization's build
+read with cuobjdump (requirements-dev.txt's nvidia-cuda-cuobjdump)."""
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 from cuda.tile import compilation as ctc
 
-from kernels.cutile import causal_conv
+from kernels.cutile import causal_conv, fwd_pass_state
 from scripts import kernel_resources
 
 # conv_bwd_gv_kernel in the specialization the medium model's compiled step launched the conv's one-pass backward
@@ -110,3 +111,33 @@ def test_threads_per_program_come_from_the_elf_reqntid():
     assert kernel_resources.threads(elf) == 256
     assert kernel_resources.threads(elf.replace("0x1 0x1", "0x2 0x1")) == 512
     assert kernel_resources.threads("Attribute:\tEIATTR_CRS_STACK_SIZE") is None
+
+
+# fwd_pass_state_kernel as the kernels headline's L 2048 layer launched it for the cuTile backward's recompute
+# (results/kernels_h200_headline.json: chunk 64, a 32 x 128 tile, one chunk an iteration), which tuning runs at
+# occupancy 4
+LAUNCHED_RECOMPUTE = (
+    "fwd_pass_state_kernel_Kt2_A4bf16_7v8l0_8t1_ai16_p16_A4bf16_4s1_7v8l0_8t1_ai16_p16_A3f32_3v4l0_4i16t1_p16"
+    "_A3f32_3v4l0_4i16t1_p16_A4f32_7v4l0_8t1_ci16_p16_A5bf16_fv8l0_10t1_1ai16_p16_A4f32_7v4l0_8t1_ci16_p16"
+    "_I24_I24_I64_I32_I128_B0_B0_I4_I1"
+)
+
+
+def cuobjdump() -> str:
+    """The cuobjdump binary of the nvidia-cuda-cuobjdump wheel."""
+    spec = importlib.util.find_spec("nvidia")
+    found = [Path(d) / "cu13" / "bin" / "cuobjdump" for d in (spec.submodule_search_locations if spec else [])]
+    found = [f for f in found if f.exists()]
+    assert found, "cuobjdump not found: pip install -r requirements-dev.txt (nvidia-cuda-cuobjdump)"
+    return str(found[0])
+
+
+@pytest.mark.slow
+def test_a_one_chunk_walk_keeps_its_state_in_registers():
+    """A walk taking one chunk an iteration stores the state entering the chunk before stepping over it: held
+    across the step instead, it spilled 72 bytes a thread at occupancy 4 and the L 2048 recompute took 81 us
+    against 68 (results/tuning_log.md, "two chunks an iteration")."""
+    label, kernel, signature = kernel_resources.launched(LAUNCHED_RECOMPUTE, None)
+    assert kernel is fwd_pass_state.fwd_pass_state_kernel and label.endswith("32, 128, False, False, 4, 1]")
+    built = kernel_resources.resources(kernel.replace_hints(occupancy=4), signature, "sm_90", cuobjdump())
+    assert "STACK:0 " in built and "LOCAL:0 " in built, built

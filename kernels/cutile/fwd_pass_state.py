@@ -7,7 +7,8 @@ ct.mma adds all Q tokens,
     state = exp(G_end) * state + xᵀ (B * exp(G_end - G) * dt)        (TILE_P, Q) @ (Q, TILE_N).
 Sequential steps: number of chunks, not number of tokens. An iteration of the walk takes STEP chunks (1 or 2,
 the configuration's `chunks_per_step`): one load of their STEP·Q tokens, the chunks stepped over in turn, and one
-store of the STEP states entering them (in chunk_states' dtype). Two chunks an iteration halve the loads and stores
+store of the STEP states entering them (in chunk_states' dtype; with one chunk before its step, with two after
+both). Two chunks an iteration halve the loads and stores
 issued and cut the walk's time by about a tenth at the seed's shape (results/tuning_log.md, "two chunks an
 iteration"). A walk with an odd number of chunks ends in a chunk past the end: its loads pad with zeros (dt 0, so
 the state passes it unchanged) and its store falls outside chunk_states, where cuTile drops it.
@@ -27,6 +28,15 @@ import cuda.tile as ct
 import torch
 
 from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, shape_key, with_hints
+
+
+@ct.function
+def store_states(chunk_states, entering, bi, j, hi, pj, nj):
+    """Store `entering` (STEP, TILE_P, TILE_N), the states entering chunks STEP·j on, rounded to chunk_states' dtype
+    (the state carried on stays fp32)."""
+    step, tile_p, tile_n = entering.shape
+    tile = entering.astype(chunk_states.dtype).reshape((1, step, 1, tile_p, tile_n))
+    ct.store(chunk_states, index=(bi, j, hi, pj, nj), tile=tile)
 
 
 @ct.kernel
@@ -70,6 +80,10 @@ def fwd_pass_state_kernel(
         gs, ds = gs.reshape((tokens, 1)), ds.reshape((tokens, 1))
         xs, bs = xs.reshape((tokens, TILE_P)), bs.reshape((tokens, TILE_N))
         entering = state.reshape((1, TILE_P, TILE_N))  # the states entering this iteration's chunks, in order
+        if STEP == 1:
+            # stored before the step: held across it, the state spills at 64 registers a thread (a 32 x 128 tile
+            # at occupancy 4: results/tuning_log.md, "two chunks an iteration")
+            store_states(chunk_states, entering, bi, j, hi, pj, nj)
         for s in ct.static_iter(range(STEP)):
             # natural-log units with ct.exp: scaling the loaded g by log2(e) for exp2 made this loop slower
             # (results/tuning_log.md, "exp against exp2")
@@ -90,12 +104,8 @@ def fwd_pass_state_kernel(
             state = ct.mma(xt, bw, state * ct.exp(g_end))
             if s < STEP - 1:
                 entering = ct.cat((entering, state.reshape((1, TILE_P, TILE_N))), 0)
-        # the stored copies are rounded to chunk_states' dtype; the state carried on stays fp32
-        ct.store(
-            chunk_states,
-            index=(bi, j, hi, pj, nj),
-            tile=entering.astype(chunk_states.dtype).reshape((1, STEP, 1, TILE_P, TILE_N)),
-        )
+        if STEP > 1:
+            store_states(chunk_states, entering, bi, j, hi, pj, nj)
     ct.store(final_state, index=(bi, hi, pj, nj), tile=state.reshape((1, 1, TILE_P, TILE_N)))
 
 
