@@ -20,7 +20,7 @@ import cuda.tile as ct
 import torch
 
 from kernels.cutile.chunk_cumsum import LOG2E
-from kernels.cutile.fwd_pass_state import StateConfig, search_space, states_dtype
+from kernels.cutile.fwd_pass_state import StateConfig, search_space, states_dtype, step_over_chunk
 from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, shape_key, with_hints
 
 
@@ -66,15 +66,8 @@ def bwd_pass_state_kernel(
             (Q, TILE_N)
         )
         g_end = ct.extract(g, index=(Q - 1, 0), shape=(1, 1))
-        # C scaled by each token's decay from the chunk start; operands as in fwd_pass_state.
-        cw = ck.astype(ct.float32) * ct.exp2(g)
-        if TF32:
-            dyt = ct.transpose(dyk.astype(ct.tfloat32))
-            cw = cw.astype(ct.tfloat32)
-        else:
-            dyt = ct.transpose(dyk)
-            cw = cw.astype(dyk.dtype)
-        grad = ct.mma(dyt, cw, grad * ct.exp2(g_end))
+        # C scaled by each token's decay from the chunk start
+        grad = step_over_chunk(grad, dyk, ck.astype(ct.float32) * ct.exp2(g), g_end, TF32, True)
     ct.store(dinitial_states, index=(bi, hi, pj, nj), tile=grad.reshape((1, 1, TILE_P, TILE_N)))
 
 

@@ -39,6 +39,22 @@ def store_states(chunk_states, entering, bi, j, hi, pj, nj):
     ct.store(chunk_states, index=(bi, j, hi, pj, nj), tile=tile)
 
 
+@ct.function
+def step_over_chunk(carried, rows, weights, log_decay, TF32, BASE2):
+    """One step of a state walk, carried (TILE_P, TILE_N) fp32 -> exp(log_decay) * carried + rowsᵀ weights, rows
+    (Q, TILE_P) and weights (Q, TILE_N) fp32, log_decay (1, 1) in base 2 with BASE2: the product's operands in rows'
+    dtype (bf16/fp16) or, with TF32 (fp32 inputs), in TF32; accumulation in fp32."""
+    if TF32:
+        rows_t = ct.transpose(rows.astype(ct.tfloat32))
+        w = weights.astype(ct.tfloat32)
+    else:
+        rows_t = ct.transpose(rows)
+        w = weights.astype(rows.dtype)
+    if BASE2:
+        return ct.mma(rows_t, w, carried * ct.exp2(log_decay))
+    return ct.mma(rows_t, w, carried * ct.exp(log_decay))
+
+
 @ct.kernel
 def fwd_pass_state_kernel(
     x,  # (b, l, h, p)
@@ -92,16 +108,8 @@ def fwd_pass_state_kernel(
             xk = ct.extract(xs, index=(s, 0), shape=(Q, TILE_P))
             bk = ct.extract(bs, index=(s, 0), shape=(Q, TILE_N))
             g_end = ct.extract(g, index=(Q - 1, 0), shape=(1, 1))
-            # B scaled by each token's decay to the chunk end and its dt; operands in the input dtype
-            # (bf16/fp16) or TF32 (fp32 inputs), accumulation in fp32.
-            bw = bk.astype(ct.float32) * (ct.exp(g_end - g) * d)
-            if TF32:
-                xt = ct.transpose(xk.astype(ct.tfloat32))
-                bw = bw.astype(ct.tfloat32)
-            else:
-                xt = ct.transpose(xk)
-                bw = bw.astype(xk.dtype)
-            state = ct.mma(xt, bw, state * ct.exp(g_end))
+            # B scaled by each token's decay to the chunk end and its dt
+            state = step_over_chunk(state, xk, bk.astype(ct.float32) * (ct.exp(g_end - g) * d), g_end, TF32, False)
             if s < STEP - 1:
                 entering = ct.cat((entering, state.reshape((1, TILE_P, TILE_N))), 0)
         if STEP > 1:
