@@ -55,7 +55,8 @@ STAGES: dict[str, tuple[Callable, tuple[str, ...]]] = {
 }
 # timed shapes (bf16 inputs, head dim 64, state 128 unless said, one group): the seed article's, one layer of the
 # medium model's training step (configs/medium.yaml: d_model 768, expand 2 -> 24 heads; L 2048, batch 8; or L 8192,
-# batch 2), and the seed's with state 64 (bench_kernels' sweep is furthest behind its ratio target at head dim 64 with state 64)
+# batch 2), and the seed's with state 64 (bench_kernels' sweep is furthest behind its ratio target at head dim 64
+# with state 64)
 SHAPES = {
     "seed": {"b": 4, "l": 16384, "h": 8},
     "step": {"b": 8, "l": 2048, "h": 24},

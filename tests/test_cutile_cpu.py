@@ -281,6 +281,53 @@ def test_tuning_choice_is_decided_once_per_shape(tmp_path, monkeypatch):
         tuning.set_cache_path(None)
 
 
+def test_tuning_searches_again_when_the_tune_space_changed(tmp_path, monkeypatch):
+    """With tuning on, a cached choice is kept only if it was searched over today's tune space: one from a smaller
+    space (as before fwd_pass_state's two-chunk walks joined its space) or from before spaces were recorded is
+    searched again, and the new entry, recording its space, is then used as it is."""
+    import types
+
+    import cuda.tile.tune
+
+    from kernels.cutile import tuning
+    from kernels.cutile.compute_out import OutConfig
+
+    searched = []
+
+    def search(candidates, stream, **kwargs):
+        searched.append(list(candidates))
+        best = types.SimpleNamespace(config=candidates[-1], mean_us=1.0)
+        return types.SimpleNamespace(best=best, successes=candidates, failures=[], summary=lambda top_k: "")
+
+    monkeypatch.setattr(cuda.tile.tune, "exhaustive_search", search)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    monkeypatch.setattr(tuning, "_gpu_key", lambda device: "TestGPU|cuda-tile-x")
+    old = [OutConfig(), OutConfig(128, 32, 4, 1)]
+    grown = [*old, OutConfig(64, 64)]
+    entry = (
+        '{"compute_out|s1|TestGPU|cuda-tile-x": {"config": {"TILE_T": 128, "TILE_P": 32, "latency": 4, '
+        '"occupancy": 1}%s}}'
+    )
+    cache = tmp_path / "tuning.json"
+
+    def choose() -> OutConfig:
+        tuning.set_cache_path(cache)  # forgets the process's choices: the cache on disk decides
+        searched.clear()
+        return tuning.choose("compute_out", "s1", OutConfig(), lambda: grown, "cuda:0", lambda cfg: ((), None, ()))
+
+    tuning.set_autotune(True)
+    try:
+        for recorded in ("", f', "space": "{tuning.space_id(old)}"'):  # no space recorded; a smaller one
+            cache.write_text(entry % recorded)
+            assert choose() == OutConfig(64, 64) and searched == [grown]
+            assert choose() == OutConfig(64, 64) and searched == []  # the stored entry, searched over today's space
+        cache.write_text(entry % f', "space": "{tuning.space_id(grown)}"')
+        assert choose() == OutConfig(128, 32, 4, 1) and searched == []
+    finally:
+        tuning.set_autotune(False)
+        tuning.set_cache_path(None)
+
+
 def test_precompiling_launches_the_nth_candidate_and_remembers_nothing(tmp_path, monkeypatch):
     """tuning.precompiling(k) makes every launch run the k-th configuration of its tune space (the default past
     its end), reports each space's size, neither tunes nor writes the cache, and leaves tuning as it was."""

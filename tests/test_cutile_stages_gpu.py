@@ -21,7 +21,7 @@ from kernels.cutile.chunk_cumsum import LOG2E, chunk_cumsum, chunk_cumsum_log2
 from kernels.cutile.chunk_cumsum_bwd import chunk_cumsum_bwd, search_space
 from kernels.cutile.compute_out import compute_out
 from kernels.cutile.fwd_pass_state import fwd_pass_state, states_dtype
-from kernels.cutile.fwd_pass_state import search_space as state_space
+from kernels.cutile.fwd_pass_state import search_space as state_space  # chunk_cumsum_bwd's holds the name
 from kernels.testing import rel_err, stage_inputs
 from tests.gpu_common import CUTILE, SEEDS, TOL
 

@@ -111,3 +111,13 @@ def test_profiled_reads_a_name_recorded_before_a_kernel_changed():
     found = profiled(recorded)
     assert found.stage == "chunk_cumsum_bwd"
     assert found.constants == {"Q": 64, "TILE_H": 16, "HAS_BIAS": True, "SOFTPLUS": True}
+    # fwd_pass_state_kernel as the series recorded it at commit 52ab913 (the L 2048 layer's recompute), before STEP
+    recorded = (
+        "fwd_pass_state_kernel_Kt2_A4bf16_7v8l0_8t1_ai16_p16_A4bf16_4s1_7v8l0_8t1_ai16_p16_A3f32_3v4l0_4i16t1_p16"
+        "_A3f32_3v4l0_4i16t1_p16_A4f32_7v4l0_8t1_ci16_p16_A5bf16_fv8l0_10t1_1ai16_p16_A4f32_7v4l0_8t1_ci16_p16"
+        "_I24_I24_I64_I32_I128_B0_B0_I4"
+    )
+    found = profiled(recorded)
+    assert found.stage == "fwd_pass_state"
+    constants = {"NHEADS": 24, "HEADS_PER_GROUP": 24, "Q": 64, "TILE_P": 32, "TILE_N": 128, "HAS_INIT": False}
+    assert found.constants == {**constants, "TF32": False, "LATENCY": 4}

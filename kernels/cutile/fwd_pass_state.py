@@ -8,10 +8,12 @@ ct.mma adds all Q tokens,
 Sequential steps: number of chunks, not number of tokens. An iteration of the walk takes STEP chunks (1 or 2,
 the configuration's `chunks_per_step`): one load of their STEP·Q tokens, the chunks stepped over in turn, and one
 store of the STEP states entering them (in chunk_states' dtype; with one chunk before its step, with two after
-both). Two chunks an iteration halve the loads and stores
-issued and cut the walk's time by about a tenth at the seed's shape (results/tuning_log.md, "two chunks an
+both). Two chunks an iteration halve the loads and stores issued: at the seed's shape the walk took 106.5-109.5 us
+against 118.5 tuned alone, and 102 against 134 in the kernels headline (results/tuning_log.md, "two chunks an
 iteration"). A walk with an odd number of chunks ends in a chunk past the end: its loads pad with zeros (dt 0, so
-the state passes it unchanged) and its store falls outside chunk_states, where cuTile drops it.
+the state passes it unchanged) and its store falls outside chunk_states, where cuTile drops it, except in a walk
+of one chunk: a (1, 2, ...) store is not clipped at c = 1 (cuTile writes the next head's state), so the host
+takes one chunk an iteration there.
 
 With bf16 inputs chunk_states is stored in bf16, as mamba_ssm's state passing stores the states in the
 inputs' dtype: it halves the largest tensor this stage writes and compute_out and bwd_dbc read. The recurrence
@@ -33,7 +35,7 @@ from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, shape_key, 
 @ct.function
 def store_states(chunk_states, entering, bi, j, hi, pj, nj):
     """Store `entering` (STEP, TILE_P, TILE_N), the states entering chunks STEP·j on, rounded to chunk_states' dtype
-    (the state carried on stays fp32)."""
+    (the state carried on stays fp32). A device function: inlined into the kernel calling it."""
     step, tile_p, tile_n = entering.shape
     tile = entering.astype(chunk_states.dtype).reshape((1, step, 1, tile_p, tile_n))
     ct.store(chunk_states, index=(bi, j, hi, pj, nj), tile=tile)
@@ -43,7 +45,8 @@ def store_states(chunk_states, entering, bi, j, hi, pj, nj):
 def step_over_chunk(carried, rows, weights, log_decay, TF32, BASE2):
     """One step of a state walk, carried (TILE_P, TILE_N) fp32 -> exp(log_decay) * carried + rowsᵀ weights, rows
     (Q, TILE_P) and weights (Q, TILE_N) fp32, log_decay (1, 1) in base 2 with BASE2: the product's operands in rows'
-    dtype (bf16/fp16) or, with TF32 (fp32 inputs), in TF32; accumulation in fp32."""
+    dtype (bf16/fp16) or, with TF32 (fp32 inputs), in TF32; accumulation in fp32. A device function inlined into
+    both walks' kernels; TF32 and BASE2 are their compile-time constants."""
     if TF32:
         rows_t = ct.transpose(rows.astype(ct.tfloat32))
         w = weights.astype(ct.tfloat32)
@@ -87,8 +90,8 @@ def fwd_pass_state_kernel(
     else:
         state = ct.zeros((TILE_P, TILE_N), dtype=ct.float32)
     nchunks = chunk_states.shape[1]
+    tokens = STEP * Q
     for j in range(ct.cdiv(nchunks, STEP)):
-        tokens = STEP * Q
         gs = ct.load(dA_cumsum, index=(bi, hi, j), shape=(1, 1, tokens), padding_mode=ZERO, latency=2)
         ds = ct.load(dt_out, index=(bi, hi, j), shape=(1, 1, tokens), padding_mode=ZERO, latency=2)
         xs = ct.load(x, index=(bi, j, hi, pj), shape=(1, tokens, 1, TILE_P), padding_mode=ZERO, latency=LATENCY)
@@ -134,9 +137,9 @@ class StateConfig:
 
 
 def search_space(headdim: int, dstate: int, two_chunk_steps: bool = False) -> list[StateConfig]:
-    """Configurations worth timing for this head dim and state dim; with `two_chunk_steps` also walks taking two
-    chunks an iteration, for tiles of at most 2048 elements at occupancy 2 and 4 (larger tiles spill holding two
-    chunks' tokens, and occupancy 1 never won: results/tuning_log.md, "two chunks an iteration")."""
+    """Configurations worth timing for this head dim and state dim; with `two_chunk_steps` (fwd_pass_state at chunks
+    up to 128: at 256 their builds spill over a kilobyte) also walks taking two chunks an iteration, for the tiles of at most 2048
+    elements at occupancy 2 and 4 that were probed (results/tuning_log.md, "two chunks an iteration")."""
     space = []
     for tp in (16, 32, 64):
         for tn in (32, 64, 128):
@@ -182,5 +185,5 @@ def fwd_pass_state(
         return grid, with_hints(fwd_pass_state_kernel, cfg.occupancy), args
 
     key = shape_key(x, B, chunk_size)
-    launch("fwd_pass_state", key, StateConfig(), lambda: search_space(p, n, True), spec, x.device)
+    launch("fwd_pass_state", key, StateConfig(), lambda: search_space(p, n, chunk_size <= 128), spec, x.device)
     return chunk_states, final_state

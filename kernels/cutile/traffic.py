@@ -178,7 +178,7 @@ def kernel_parameters(stage: str) -> tuple[str, ...]:
 # Parameter lists a stage's kernel had before its present one, so that names recorded in results/ before a change
 # still parse: chunk_cumsum_kernel without dA_log2 and LOG2 (before c657576); chunk_cumsum_bwd_kernel without
 # dD_part and HAS_D (before 4d9319c; its floor is then the present kernel's, which also copies dD's partial sums);
-# fwd_pass_state_kernel without STEP (one chunk an iteration, before two chunks an iteration were in its tune space).
+# fwd_pass_state_kernel without STEP (before cc2b2d3: one chunk an iteration).
 FORMER_PARAMETERS = {
     "fwd_pass_state": (
         ("x", "B", "dt_out", "dA_cumsum", "initial_states", "chunk_states", "final_state", "NHEADS")

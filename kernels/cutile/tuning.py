@@ -1,6 +1,7 @@
 """Per-shape block sizes for the cuTile kernels, chosen by cuda.tile.tune.exhaustive_search and kept on disk.
 
-One JSON file maps "kernel | shape key | GPU | cuda-tile version" to the winning configuration.
+One JSON file maps "kernel | shape key | GPU | cuda-tile version" to the winning configuration and the tune
+space it was searched over (`space_id`): with tuning on, an entry searched over another space is searched again.
 Writes are atomic (temporary file + rename), so DDP ranks on one machine can share the file; a rank
 that finds a key already tuned reuses it instead of searching again.
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -88,6 +90,11 @@ def _store(key: str, value: dict) -> None:
     _state["memory"] = on_disk
 
 
+def space_id(candidates: Sequence[Any]) -> str:
+    """A short hash naming a tune space (its configurations' reprs, in order), recorded with each tuned entry."""
+    return hashlib.sha256(repr(list(candidates)).encode()).hexdigest()[:12]
+
+
 def _gpu_key(device: torch.device) -> str:
     import cuda.tile
 
@@ -110,7 +117,8 @@ def choose(
     Args:
         default: used when tuning is off and nothing usable is cached.
         space: builds the candidates for exhaustive_search when tuning runs; a cached configuration is used only
-            if it is the default or among them (one tuned by older code, outside today's space, is not).
+            if it is the default or among them (one tuned by older code, outside today's space, is not) and, with
+            tuning on, only if it was searched over this very space.
         spec: config -> (grid, kernel, args), the launch that tuning times.
     """
     if _state["nth"] is not None:  # precompiling: neither tuned nor remembered
@@ -180,11 +188,14 @@ def _decide(kernel_name, shape_key, default, space, device, spec):
     key = f"{kernel_name}|{shape_key}|{_gpu_key(device)}"
     cached = _load().get(key)
     fields = {f.name for f in dataclasses.fields(default)}
+    candidates = list(space()) if _state["autotune"] else []
     if cached is not None and set(cached["config"]) <= fields:  # an entry of another config layout: decide again
         config = type(default)(**cached["config"])
-        if config == default or config in space():  # one outside today's tune space (older code): decide again
+        # one outside today's tune space (older code) is decided again; so, with tuning on, is one searched over
+        # another space (a space that grew, or an entry from before the space was recorded)
+        searched_here = not candidates or cached.get("space") == space_id(candidates)
+        if (config == default or config in (candidates or space())) and searched_here:
             return config, {"source": "cache", "mean_us": cached.get("mean_us")}
-    candidates = list(space()) if _state["autotune"] else []
     if len(candidates) <= 1:
         return default, {"source": "default", "mean_us": None}
     from cuda.tile.tune import exhaustive_search
@@ -213,5 +224,6 @@ def _decide(kernel_name, shape_key, default, space, device, spec):
         seconds,
     )
     log.info("cuTile: %s on %s, every configuration: %s", kernel_name, shape_key, result.summary(top_k=len(candidates)))
-    _store(key, {"config": dataclasses.asdict(best), "mean_us": result.best.mean_us, "tuned_s": seconds})
+    entry = {"config": dataclasses.asdict(best), "mean_us": result.best.mean_us, "tuned_s": seconds}
+    _store(key, {**entry, "space": space_id(candidates)})
     return best, {"source": "search", "mean_us": result.best.mean_us}
