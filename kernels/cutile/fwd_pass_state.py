@@ -138,8 +138,9 @@ class StateConfig:
 
 def search_space(headdim: int, dstate: int, two_chunk_steps: bool = False) -> list[StateConfig]:
     """Configurations worth timing for this head dim and state dim; with `two_chunk_steps` (fwd_pass_state at chunks
-    up to 128: at 256 their builds spill over a kilobyte) also walks taking two chunks an iteration, for the tiles of at most 2048
-    elements at occupancy 2 and 4 that were probed (results/tuning_log.md, "two chunks an iteration")."""
+    up to 128: at 256 their builds spill over a kilobyte) also walks taking two chunks an iteration, for the tiles
+    of at most 2048 elements at occupancy 2 and 4 that were probed (results/tuning_log.md, "two chunks an
+    iteration")."""
     space = []
     for tp in (16, 32, 64):
         for tn in (32, 64, 128):
