@@ -1,9 +1,10 @@
 """Registers, stack (spills) and shared memory of the cuTile kernels, with no GPU: each AOT specialization
-(kernels/cutile/aot.py) is compiled to a cubin and read with cuobjdump (pip install nvidia-cuda-cuobjdump).
+(kernels/cutile/aot.py) is compiled to a cubin and read with cuobjdump (the nvidia-cuda-cuobjdump wheel of
+requirements-dev.txt, or --cuobjdump PATH).
 
-    python scripts/kernel_resources.py --cuobjdump PATH/cuobjdump [--arch sm_90] [--only bwd_dx]
-    python scripts/kernel_resources.py --cuobjdump PATH/cuobjdump --only bwd_dbc --hints num_worker_warps=8
-    python scripts/kernel_resources.py --cuobjdump PATH/cuobjdump --launched NAME [--file VARIANT.py] [--sass]
+    python scripts/kernel_resources.py [--arch sm_90] [--only bwd_dx]
+    python scripts/kernel_resources.py --only bwd_dbc --hints num_worker_warps=8
+    python scripts/kernel_resources.py --launched NAME [--file VARIANT.py] [--sass]
 
 aot.py's signatures assume nothing of strides, sizes or alignment. A launch specializes on what its tensors
 give (strides and sizes divisible by 8 or 16, 16-byte base addresses, 32-bit indices), and that build can
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import inspect
 import io
 import pkgutil
@@ -24,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
+from pathlib import Path
 
 from cuda.tile import compilation as ctc
 
@@ -87,9 +90,22 @@ def launched(name: str, path: str | None) -> tuple[str, object, ctc.KernelSignat
     raise SystemExit(f"kernel_resources: no kernel {function} in {path or 'kernels/cutile'}")
 
 
+def wheel_cuobjdump() -> str | None:
+    """The cuobjdump binary of the nvidia-cuda-cuobjdump wheel, or None where the wheel is not installed."""
+    spec = importlib.util.find_spec("nvidia")
+    found = [Path(d) / "cu13" / "bin" / "cuobjdump" for d in (spec.submodule_search_locations if spec else [])]
+    return next((str(f) for f in found if f.exists()), None)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cuobjdump", required=True, help="path of the cuobjdump binary")
+    default = wheel_cuobjdump()
+    ap.add_argument(
+        "--cuobjdump",
+        default=default,
+        required=default is None,
+        help=f"path of the cuobjdump binary (default: the nvidia-cuda-cuobjdump wheel's, {default})",
+    )
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--only", default="", help="keep specializations whose label contains this text")
     ap.add_argument(

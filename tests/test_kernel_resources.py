@@ -4,7 +4,6 @@ read with cuobjdump (requirements-dev.txt's nvidia-cuda-cuobjdump)."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -123,15 +122,6 @@ LAUNCHED_RECOMPUTE = (
 )
 
 
-def cuobjdump() -> str:
-    """The cuobjdump binary of the nvidia-cuda-cuobjdump wheel."""
-    spec = importlib.util.find_spec("nvidia")
-    found = [Path(d) / "cu13" / "bin" / "cuobjdump" for d in (spec.submodule_search_locations if spec else [])]
-    found = [f for f in found if f.exists()]
-    assert found, "cuobjdump not found: pip install -r requirements-dev.txt (nvidia-cuda-cuobjdump)"
-    return str(found[0])
-
-
 @pytest.mark.slow
 def test_a_one_chunk_walk_keeps_its_state_in_registers():
     """A walk taking one chunk an iteration stores the state entering the chunk before stepping over it: held
@@ -139,5 +129,7 @@ def test_a_one_chunk_walk_keeps_its_state_in_registers():
     against 68 (results/tuning_log.md, "two chunks an iteration")."""
     label, kernel, signature = kernel_resources.launched(LAUNCHED_RECOMPUTE, None)
     assert kernel is fwd_pass_state.fwd_pass_state_kernel and label.endswith("32, 128, False, False, 4, 1]")
-    built = kernel_resources.resources(kernel.replace_hints(occupancy=4), signature, "sm_90", cuobjdump())
+    cuobjdump = kernel_resources.wheel_cuobjdump()
+    assert cuobjdump, "cuobjdump not found: pip install -r requirements-dev.txt (nvidia-cuda-cuobjdump)"
+    built = kernel_resources.resources(kernel.replace_hints(occupancy=4), signature, "sm_90", cuobjdump)
     assert "STACK:0 " in built and "LOCAL:0 " in built, built
