@@ -118,40 +118,21 @@ def test_backward_op_equals_the_closed_form_gradients():
     inputs[2] = -inputs[2].abs()  # A < 0
     dy, dfinal = torch.randn(b, l, h, p, dtype=torch.float64), torch.randn(b, h, p, n, dtype=torch.float64)
     x, dt, A, B, C, D, bias, init = inputs
-    grads = by_input(cutile_ssd.ssd_bwd(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init, "reference"), D, bias)
-    want = by_input(ssd_backward(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init), D, bias)
-    for got, w in zip(grads, want, strict=True):
+
+    def op(dy, dfinal, x, B, C):  # the op's reference backward, in the inputs' order (as closed_form's)
+        return by_input(cutile_ssd.ssd_bwd(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init, "reference"), D, bias)
+
+    def closed_form(dy, dfinal, x, B, C):
+        return by_input(ssd_backward(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init), D, bias)
+
+    for got, w in zip(op(dy, dfinal, x, B, C), closed_form(dy, dfinal, x, B, C), strict=True):
         torch.testing.assert_close(got, w, rtol=1e-9, atol=1e-9)
         assert got.is_contiguous()
-
     half = [t.to(torch.bfloat16) for t in (x, B, C)]
     x16 = torch.zeros(b, l, h + 1, p, dtype=torch.bfloat16)[:, :, :h].copy_(half[0])  # a view, last stride 1
     assert not x16.is_contiguous()
-    grads = by_input(
-        cutile_ssd.ssd_bwd(
-            dy.float(), dfinal.float(), x16, dt, A, half[1], half[2], 16, D, bias, True, init, "reference"
-        ),
-        D,
-        bias,
-    )
-    want = by_input(
-        ssd_backward(
-            dy.float().double(),
-            dfinal,
-            x16.double(),
-            dt,
-            A,
-            half[1].double(),
-            half[2].double(),
-            16,
-            D,
-            bias,
-            True,
-            init,
-        ),
-        D,
-        bias,
-    )
+    grads = op(dy.float(), dfinal.float(), x16, half[1], half[2])
+    want = closed_form(dy.float().double(), dfinal, x16.double(), half[1].double(), half[2].double())
     for got, w, given in zip(grads, want, (x16, dt, A, *half[1:], D, bias, init), strict=True):
         assert got.dtype == given.dtype and got.is_contiguous()
         torch.testing.assert_close(got.double(), w, rtol=2e-2, atol=2e-2 * float(w.abs().max()))
