@@ -1,7 +1,7 @@
 """The SSD backends behind `kernels.ssd`, and how one is chosen.
 
     torch   kernels.reference.ssd_chunked: pure PyTorch, any device, differentiable by autograd
-    cutile  kernels.cutile.ssd.ssd_fwd: cuTile forward; backward "reference" (autograd through the
+    cutile  kernels.cutile.ssd.ssd_cutile: cuTile forward; backward "reference" (autograd through the
             reference) or "cutile" (the backward kernels); needs a CUDA GPU, cuda-tile and its compiler
     triton  kernels.triton_backend.ssd_triton: mamba_ssm 2.3.2.post1 (CUDA GPU, mamba_ssm installed)
 
@@ -33,9 +33,9 @@ def implementation(name: str) -> Callable:
 
         return ssd_chunked
     if name == "cutile":
-        from kernels.cutile.ssd import ssd_fwd
+        from kernels.cutile.ssd import ssd_cutile
 
-        return ssd_fwd
+        return ssd_cutile
     if name == "triton":
         from kernels.triton_backend import ssd_triton
 

@@ -218,6 +218,59 @@ def test_unused_outputs_reach_the_backward_as_none(monkeypatch):
     assert [g is None for g in grads] == [False] * 5 + [True] * 6
 
 
+@pytest.fixture
+def reference_stages(monkeypatch):
+    """kernels.cutile.ssd with every cuTile stage and pass replaced by its reference (same contracts), so its host
+    code runs on CPU tensors."""
+    from kernels import reference, reference_backward
+
+    for name in ("chunk_cumsum", "fwd_pass_state", "compute_out"):
+        monkeypatch.setattr(cutile_ssd, name, getattr(reference, name))
+    monkeypatch.setattr(cutile_ssd, "CUTILE", reference_backward.REFERENCE)
+    monkeypatch.setattr(cutile_ssd, "check_inputs", lambda tensors, chunk_size, backward: None)
+
+
+@pytest.mark.parametrize("backward", ["reference", "cutile"])
+def test_eager_path_is_a_function_with_autograds_gradients(reference_stages, backward):
+    """Outside torch.compile the cutile backend is the autograd.Function EagerSSD over the ops' bodies: its outputs
+    and the gradient of every input equal autograd's through kernels.reference.ssd_chunked, with the final state
+    in the loss and without it (its gradient then reaches the backward as None)."""
+    from kernels import reference
+
+    torch.manual_seed(2)
+    b, l, h, p, g, n = 2, 37, 4, 8, 2, 6
+    x, B, C, dt = torch.randn(b, l, h, p), torch.randn(b, l, g, n), torch.randn(b, l, g, n), torch.randn(b, l, h)
+    A, D, bias, init = -torch.rand(h) - 0.1, torch.randn(h), torch.randn(h), torch.randn(b, h, p, n)
+    inputs = [t.requires_grad_() for t in (x, dt, A, B, C, D, bias, init)]
+    dy, dfinal = torch.randn(b, l, h, p), torch.randn(b, h, p, n)
+
+    def outputs_and_grads(fn, use_final):
+        x, dt, A, B, C, D, bias, init = inputs
+        y, final = fn(x, dt, A, B, C, 16, D, bias, True, init, *([backward] if fn is cutile_ssd.ssd_cutile else []))
+        loss = (y * dy).sum() + ((final * dfinal).sum() if use_final else 0)
+        return y, final, torch.autograd.grad(loss, inputs)
+
+    for use_final in (True, False):
+        y, final, grads = outputs_and_grads(cutile_ssd.ssd_cutile, use_final)
+        assert type(y.grad_fn).__name__ == "EagerSSDBackward"
+        want_y, want_final, want_grads = outputs_and_grads(reference.ssd_chunked, use_final)
+        torch.testing.assert_close(y, want_y)
+        torch.testing.assert_close(final, want_final)
+        for name, got, want in zip(("x", "dt", "A", "B", "C", "D", "dt_bias", "init"), grads, want_grads):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m, name=name: f"d{name}: {m}")
+
+
+def test_compiled_path_is_the_custom_op(monkeypatch):
+    """While torch.compile traces, the cutile backend calls the custom op (one graph node), not EagerSSD."""
+    called = []
+    monkeypatch.setattr(cutile_ssd, "ssd_fwd", lambda *args: called.append(args) or ("y", "final"))
+    monkeypatch.setattr(cutile_ssd.EagerSSD, "apply", lambda *args: pytest.fail("EagerSSD while compiling"))
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    args = ("x", "dt", "A", "B", "C", 64, None, None, True, None, "cutile")
+    assert cutile_ssd.ssd_cutile(*args) == ("y", "final")
+    assert called == [args]
+
+
 def test_tuning_choice_is_decided_once_per_shape(tmp_path, monkeypatch):
     """The launch path looks a tuned configuration up once; later calls touch neither the GPU nor the disk."""
     from kernels.cutile import tuning

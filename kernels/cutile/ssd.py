@@ -9,9 +9,10 @@
 
 Only the inputs are saved for the backward; the chunk states are recomputed there. The chunked form's result
 does not depend on the chunk size (up to rounding), so the cuTile backward picks its own: at most
-BACKWARD_CHUNK tokens, whose chunk x chunk tiles fit a program's registers (at 128 they spill). Both directions are
-`torch.library.custom_op`s with fake implementations and an autograd registration, so
-`torch.compile(model, fullgraph=True)` traces through them as single nodes. An output the loss does not use
+BACKWARD_CHUNK tokens, whose chunk x chunk tiles fit a program's registers (at 128 they spill). The backend's entry,
+`ssd_cutile`, runs the two bodies (`ssd_forward`, `ssd_gradients`) as `torch.library.custom_op`s with fake
+implementations and an autograd registration while torch.compile traces, so `torch.compile(model, fullgraph=True)`
+holds each as a single node, and as an autograd.Function (EagerSSD) otherwise. An output the loss does not use
 reaches the backward as None, not as a tensor of zeros: the final state's, usually, which then costs no fill and
 no read (bwd_pass_state starts from zero in registers).
 """
@@ -136,12 +137,7 @@ CUTILE = Passes(
 )
 
 
-# needs_fixed_stride_order: the kernels take any view with last stride 1 (dt is a view of in_proj's output), so
-# Inductor must not copy inputs to match eager strides exactly.
-@torch.library.custom_op(
-    "mamba2_cutile::ssd_fwd", mutates_args=(), device_types="cuda", tags=(torch.Tag.needs_fixed_stride_order,)
-)
-def ssd_fwd(
+def ssd_forward(
     x: Tensor,
     dt: Tensor,
     A: Tensor,
@@ -156,14 +152,25 @@ def ssd_fwd(
 ) -> tuple[Tensor, Tensor]:
     """cuTile forward: y (b, l, h, p) in x's dtype, final_state (b, h, p, n) float32.
 
-    `backward` ("reference" or "cutile") chooses how its gradient is computed. This op is the cutile backend
-    of `kernels.ssd`; it checks its inputs first (at run time also under torch.compile).
+    `backward` ("reference" or "cutile") chooses how its gradient is computed (see `ssd_cutile`). The inputs are
+    checked first (at run time also under torch.compile).
     """
     tensors = {"x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "dt_bias": dt_bias, "initial_states": initial_states}
     check_inputs(tensors, chunk_size, backward)
     dt_out, dA_cumsum = chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
     chunk_states, final_state = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
     return compute_out(x, B, C, dt_out, dA_cumsum, chunk_states, D), final_state
+
+
+# needs_fixed_stride_order: the kernels take any view with last stride 1 (dt is a view of in_proj's output), so
+# Inductor must not copy inputs to match eager strides exactly.
+ssd_fwd = torch.library.custom_op(
+    "mamba2_cutile::ssd_fwd",
+    ssd_forward,
+    mutates_args=(),
+    device_types="cuda",
+    tags=(torch.Tag.needs_fixed_stride_order,),
+)
 
 
 @ssd_fwd.register_fake
@@ -198,8 +205,7 @@ def _reference_grads(dy, dfinal, x, dt, A, B, C, chunk_size, D, dt_bias, dt_soft
     return [None if t is None else next(grads) for t in leaves]
 
 
-@torch.library.custom_op("mamba2_cutile::ssd_bwd", mutates_args=(), tags=(torch.Tag.needs_fixed_stride_order,))
-def ssd_bwd(
+def ssd_gradients(
     dy: Tensor,
     dfinal: Tensor | None,
     x: Tensor,
@@ -241,6 +247,11 @@ def ssd_bwd(
     return [*out[:4], dheads.to(dtype), out[4]]
 
 
+ssd_bwd = torch.library.custom_op(
+    "mamba2_cutile::ssd_bwd", ssd_gradients, mutates_args=(), tags=(torch.Tag.needs_fixed_stride_order,)
+)
+
+
 @ssd_bwd.register_fake
 def _ssd_bwd_fake(dy, dfinal, x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, backward):
     dinit = x.new_empty(0) if initial_states is None else initial_states.new_empty(initial_states.shape)
@@ -254,11 +265,12 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.set_materialize_grads(False)  # an unused output's gradient stays None (_backward and ssd_bwd take None)
 
 
-def _backward(ctx, dy: Tensor | None, dfinal: Tensor | None):
+def _input_gradients(gradients: Callable[..., list[Tensor]], ctx, dy: Tensor | None, dfinal: Tensor | None):
+    """The gradient of each forward input, from `gradients` (ssd_gradients, or the op made of it)."""
     x, dt, A, B, C, D, dt_bias, initial_states = ctx.saved_tensors
     if dy is None:
         dy = torch.zeros_like(x)
-    grads = ssd_bwd(
+    grads = gradients(
         dy, dfinal, x, dt, A, B, C, ctx.chunk_size, D, dt_bias, ctx.dt_softplus, initial_states, ctx.backward
     )
     dx, ddt, dA, dB, dC, dD, dbias, dinit = by_input(grads, D, dt_bias)
@@ -266,4 +278,50 @@ def _backward(ctx, dy: Tensor | None, dfinal: Tensor | None):
     return dx, ddt, dA, dB, dC, None, dD, dbias, None, None if initial_states is None else dinit, None
 
 
+def _backward(ctx, dy: Tensor | None, dfinal: Tensor | None):
+    """The op's backward: through the op ssd_bwd, so that a compiled backward graph holds it as one node."""
+    return _input_gradients(ssd_bwd, ctx, dy, dfinal)
+
+
 torch.library.register_autograd("mamba2_cutile::ssd_fwd", _backward, setup_context=_setup_context)
+
+
+class EagerSSD(torch.autograd.Function):
+    """ssd_forward and ssd_gradients as an autograd.Function, for calls outside torch.compile. The computation is
+    the ops', without their dispatch (the custom op's autograd wrapper and two trips through the dispatcher),
+    which costs about 0.26 ms of host time per forward + backward at the seed shape on an H200's host
+    (results/probes/eager_paths.py: the op 1.53 ms, the same bodies as a Function 1.26)."""
+
+    @staticmethod
+    def forward(*args):
+        return ssd_forward(*args)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _setup_context(ctx, inputs, output)
+
+    @staticmethod
+    def backward(ctx, dy: Tensor | None, dfinal: Tensor | None):
+        return _input_gradients(ssd_gradients, ctx, dy, dfinal)
+
+
+def ssd_cutile(
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    chunk_size: int,
+    D: Tensor | None,
+    dt_bias: Tensor | None,
+    dt_softplus: bool,
+    initial_states: Tensor | None,
+    backward: str,
+) -> tuple[Tensor, Tensor]:
+    """The cutile backend of `kernels.ssd`: y (b, l, h, p) in x's dtype and final_state (b, h, p, n) float32,
+    differentiable. While torch.compile traces, the custom op ssd_fwd (a single graph node, its backward the op
+    ssd_bwd); otherwise EagerSSD, the same bodies with less host time."""
+    args = (x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, backward)
+    if torch.compiler.is_compiling():
+        return ssd_fwd(*args)
+    return EagerSSD.apply(*args)

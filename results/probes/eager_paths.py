@@ -1,14 +1,14 @@
 """Where the eager cuTile forward + backward's host time goes beyond its own code, at the seed shape: the SSD called
-through torch.library's custom op (`op`, and `via_ssd`, kernels.ssd's own path), through a torch.autograd.Function
-over the same bodies (`twin`), and the bodies called directly, without autograd (`direct`); Triton through this
-project's custom op (`triton_op`) against mamba_ssm's own autograd.Function (`triton_native`). Per call, 5 rounds
-alternating: the host time to enqueue 20 calls behind a long GPU sleep (the host's cost alone) and the wall time of
-20 calls back to back (CUDA events). Then the host time of the backward body alone, in the autograd.Function's
-backward (on autograd's device thread) and called directly (on the calling thread), each the median of 20 calls
-enqueued behind a GPU sleep. The bodies are reached through the custom ops' `_init_fn`, the functions they were
-built from.
+through torch.library's custom op (`op`, what torch.compile traces), through kernels.ssd (`via_ssd`: in eager mode
+the autograd.Function kernels.cutile.ssd.EagerSSD over the same bodies), through a subclass of that Function
+whose backward times its body (`twin`), and the bodies called directly, without autograd (`direct`); Triton through
+this project's custom op (`triton_op`) against mamba_ssm's own autograd.Function (`triton_native`). Per call, 5
+rounds alternating: the host time to enqueue 20 calls behind a long GPU sleep (the host's cost alone) and the wall
+time of 20 calls back to back (CUDA events). Then the host time of the backward body alone, in the
+autograd.Function's backward (on autograd's device thread) and called directly (on the calling thread), each the
+median of 20 calls enqueued behind a GPU sleep.
 
-    python results/probes/eager_paths.py        # on a GPU; results/probes/eager_paths_2026-12-02.txt
+    python results/probes/eager_paths.py        # on a GPU; results/probes/eager_paths_2026-12-02*.txt
 """
 
 from __future__ import annotations
@@ -28,32 +28,25 @@ import bench_kernels  # noqa: E402
 
 import kernels  # noqa: E402
 from kernels.cutile import ssd as cs  # noqa: E402
-from kernels.reference_backward import by_input  # noqa: E402
 from lightning_modules.measure.timing import wall_ms  # noqa: E402
 
 BODY_MS: list[float] = []  # host milliseconds of each Twin.backward body
 
 
-class Twin(torch.autograd.Function):
-    """The cuTile op's forward and backward bodies as a plain autograd.Function (its backward body timed)."""
+def timed_gradients(*args) -> list[torch.Tensor]:
+    """cs.ssd_gradients, its host milliseconds appended to BODY_MS."""
+    start = time.perf_counter()
+    grads = cs.ssd_gradients(*args)
+    BODY_MS.append((time.perf_counter() - start) * 1e3)
+    return grads
 
-    @staticmethod
-    def forward(*args):
-        return cs.ssd_fwd._init_fn(*args)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        cs._setup_context(ctx, inputs, output)
+class Twin(cs.EagerSSD):
+    """kernels.ssd's eager cuTile path with its backward body timed."""
 
     @staticmethod
     def backward(ctx, dy, dfinal):
-        x, dt, A, B, C, D, dt_bias, init = ctx.saved_tensors
-        args = (dy, dfinal, x, dt, A, B, C, ctx.chunk_size, D, dt_bias, ctx.dt_softplus, init, ctx.backward)
-        start = time.perf_counter()
-        grads = cs.ssd_bwd._init_fn(*args)
-        BODY_MS.append((time.perf_counter() - start) * 1e3)
-        dx, ddt, dA, dB, dC, dD, dbias, _ = by_input(grads, D, dt_bias)
-        return dx, ddt, dA, dB, dC, None, dD, dbias, None, None, None
+        return cs._input_gradients(timed_gradients, ctx, dy, dfinal)
 
 
 def seed_inputs() -> tuple[list[torch.Tensor], tuple[torch.Tensor, ...], torch.Tensor]:
@@ -86,8 +79,8 @@ def calls() -> list[Callable]:
         return torch.autograd.grad(y, leaves, dy)
 
     def direct():
-        cs.ssd_fwd._init_fn(*args)
-        return cs.ssd_bwd._init_fn(dy, None, x, dt, A, B, C, 128, D, bias, True, None, "cutile")
+        cs.ssd_forward(*args)
+        return cs.ssd_gradients(dy, None, x, dt, A, B, C, 128, D, bias, True, None, "cutile")
 
     fns = [op, via_ssd, twin, direct]
     try:
@@ -120,7 +113,7 @@ def backward_body_ms() -> tuple[float, float]:
         torch.autograd.grad(y, leaves, dy)
         torch.cuda._sleep(int(5e7))
         start = time.perf_counter()
-        cs.ssd_bwd._init_fn(dy, None, x, dt, A, B, C, 128, D, bias, True, None, "cutile")
+        cs.ssd_gradients(dy, None, x, dt, A, B, C, 128, D, bias, True, None, "cutile")
         direct.append((time.perf_counter() - start) * 1e3)
     torch.cuda.synchronize()
     return statistics.median(BODY_MS), statistics.median(direct)

@@ -79,19 +79,21 @@ def mock_cuda() -> list[tuple]:
     tuning._gpu_key = lambda device: "cpu"
     ssd.check_inputs = lambda *args: None  # it refuses CPU tensors
     ssd.RECOMPUTE_ASIDE = False  # no second CUDA stream on the CPU
-    ssd.ssd_fwd.register_kernel("cpu")(ssd.ssd_fwd._init_fn)
     return launched
 
 
 def mock_call(shape: bench_kernels.Shape) -> Callable[[], object]:
-    """bench_kernels' forward + backward, calling the cuTile op directly (kernels.ssd picks no cutile on CPU)."""
+    """bench_kernels' forward + backward through the cutile backend's entry, ssd_cutile (kernels.ssd picks no
+    cutile on CPU), as kernels.ssd calls it in eager mode."""
+    from kernels.cutile import ssd
+
     inputs = bench_kernels.make_inputs(shape, "cpu", requires_grad=True)
     leaves = list(inputs.values())
     x, dt, A, B, C, D, dt_bias = (inputs[k] for k in ("x", "dt", "A", "B", "C", "D", "dt_bias"))
     dy = torch.randn_like(x)
 
     def call():
-        y, _ = torch.ops.mamba2_cutile.ssd_fwd(x, dt, A, B, C, shape.chunk_size, D, dt_bias, True, None, "cutile")
+        y, _ = ssd.ssd_cutile(x, dt, A, B, C, shape.chunk_size, D, dt_bias, True, None, "cutile")
         return torch.autograd.grad(y, leaves, dy)
 
     return call
