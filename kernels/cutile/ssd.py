@@ -290,15 +290,15 @@ class EagerSSD(torch.autograd.Function):
     """ssd_forward and ssd_gradients as an autograd.Function, for calls outside torch.compile. The computation is
     the ops', without their dispatch (the custom op's autograd wrapper and two trips through the dispatcher),
     which costs about 0.26 ms of host time per forward + backward at the seed shape on an H200's host
-    (results/probes/eager_paths.py: the op 1.53 ms, the same bodies as a Function 1.26)."""
+    (results/probes/eager_paths.py: the op 1.53 ms, the same bodies as a Function 1.26). Its forward takes ctx
+    itself: with a separate setup_context, Function.apply binds the arguments through inspect.signature on every
+    call."""
 
     @staticmethod
-    def forward(*args):
-        return ssd_forward(*args)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        _setup_context(ctx, inputs, output)
+    def forward(ctx, *args):
+        output = ssd_forward(*args)
+        _setup_context(ctx, args, output)
+        return output
 
     @staticmethod
     def backward(ctx, dy: Tensor | None, dfinal: Tensor | None):
