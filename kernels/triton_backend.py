@@ -4,6 +4,9 @@ mamba_ssm's own entry point (`mamba_chunk_scan_combined`) is a `torch.autograd.F
 torch.compile cannot trace into: the graph breaks around every SSD call. Here its forward and
 backward are two `torch.library` custom ops (with fake implementations, so the compiler knows their
 output shapes without running them) joined by `register_autograd`: a compiled model keeps one graph.
+Outside torch.compile the same two bodies run as an autograd.Function (EagerTriton), without the custom
+ops' dispatch, as the cutile backend's do (kernels.cutile.ssd.EagerSSD): eager comparisons of the two
+backends pay the same wrapping.
 
 Optional: importing this module fails where mamba_ssm is not installed, and `kernels.ssd` then says so.
 """
@@ -22,10 +25,7 @@ def _on_device(x: Tensor):
     return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
 
 
-# needs_fixed_stride_order: mamba_ssm takes strided views (it copies what its kernels cannot read), so Inductor
-# must not copy inputs such as dt, a view of in_proj's output, to match eager strides exactly.
-@torch.library.custom_op("mamba2_triton::ssd_fwd", mutates_args=(), tags=(torch.Tag.needs_fixed_stride_order,))
-def ssd_triton(
+def triton_forward(
     x: Tensor,
     dt: Tensor,
     A: Tensor,
@@ -45,7 +45,14 @@ def ssd_triton(
     return y, final_state.float()
 
 
-@ssd_triton.register_fake
+# needs_fixed_stride_order: mamba_ssm takes strided views (it copies what its kernels cannot read), so Inductor
+# must not copy inputs such as dt, a view of in_proj's output, to match eager strides exactly.
+ssd_fwd = torch.library.custom_op(
+    "mamba2_triton::ssd_fwd", triton_forward, mutates_args=(), tags=(torch.Tag.needs_fixed_stride_order,)
+)
+
+
+@ssd_fwd.register_fake
 def _(x, dt, A, B, C, chunk_size, D=None, dt_bias=None, dt_softplus=False, initial_states=None):
     b, _, h, p = x.shape
     return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(
@@ -53,8 +60,7 @@ def _(x, dt, A, B, C, chunk_size, D=None, dt_bias=None, dt_softplus=False, initi
     )
 
 
-@torch.library.custom_op("mamba2_triton::ssd_bwd", mutates_args=(), tags=(torch.Tag.needs_fixed_stride_order,))
-def ssd_bwd(
+def triton_gradients(
     dy: Tensor,
     dfinal_state: Tensor | None,
     x: Tensor,
@@ -100,6 +106,11 @@ def ssd_bwd(
     )
 
 
+ssd_bwd = torch.library.custom_op(
+    "mamba2_triton::ssd_bwd", triton_gradients, mutates_args=(), tags=(torch.Tag.needs_fixed_stride_order,)
+)
+
+
 @ssd_bwd.register_fake
 def _(dy, dfinal_state, x, dt, A, B, C, y, chunk_size, D, dt_bias, dt_softplus, initial_states):
     optional = (torch.empty_like(t) if t is not None else x.new_empty(0) for t in (D, dt_bias, initial_states))
@@ -112,9 +123,10 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.chunk_size, ctx.dt_softplus = chunk_size, dt_softplus
 
 
-def _backward(ctx, dy: Tensor, dfinal_state: Tensor | None):
+def _input_gradients(gradients, ctx, dy: Tensor, dfinal_state: Tensor | None):
+    """The gradient of each forward input, from `gradients` (triton_gradients, or the op made of it)."""
     x, dt, A, B, C, y, D, dt_bias, initial_states = ctx.saved_tensors
-    dx, ddt, dA, dB, dC, dD, ddt_bias, dinit = ssd_bwd(
+    dx, ddt, dA, dB, dC, dD, ddt_bias, dinit = gradients(
         dy, dfinal_state, x, dt, A, B, C, y, ctx.chunk_size, D, dt_bias, ctx.dt_softplus, initial_states
     )
     return (
@@ -131,4 +143,44 @@ def _backward(ctx, dy: Tensor, dfinal_state: Tensor | None):
     )
 
 
-ssd_triton.register_autograd(_backward, setup_context=_setup_context)
+def _backward(ctx, dy: Tensor, dfinal_state: Tensor | None):
+    """The op's backward: through the op ssd_bwd, so that a compiled backward graph holds it as one node."""
+    return _input_gradients(ssd_bwd, ctx, dy, dfinal_state)
+
+
+ssd_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+class EagerTriton(torch.autograd.Function):
+    """triton_forward and triton_gradients as an autograd.Function, for calls outside torch.compile (see the
+    module's docstring). Its forward takes ctx itself, so Function.apply does not bind arguments by signature."""
+
+    @staticmethod
+    def forward(ctx, *args):
+        output = triton_forward(*args)
+        _setup_context(ctx, args, output)
+        return output
+
+    @staticmethod
+    def backward(ctx, dy: Tensor, dfinal_state: Tensor | None):
+        return _input_gradients(triton_gradients, ctx, dy, dfinal_state)
+
+
+def ssd_triton(
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    chunk_size: int,
+    D: Tensor | None = None,
+    dt_bias: Tensor | None = None,
+    dt_softplus: bool = False,
+    initial_states: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The triton backend of `kernels.ssd`: y (b, l, h, p) in x's dtype and final_state (b, h, p, n) float32,
+    differentiable. While torch.compile traces, the custom op ssd_fwd; otherwise EagerTriton."""
+    args = (x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states)
+    if torch.compiler.is_compiling():
+        return ssd_fwd(*args)
+    return EagerTriton.apply(*args)

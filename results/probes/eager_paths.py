@@ -2,7 +2,8 @@
 through torch.library's custom op (`op`, what torch.compile traces), through kernels.ssd (`via_ssd`: in eager mode
 the autograd.Function kernels.cutile.ssd.EagerSSD over the same bodies), through a subclass of that Function
 whose backward times its body (`twin`), and the bodies called directly, without autograd (`direct`); Triton through
-this project's custom op (`triton_op`) against mamba_ssm's own autograd.Function (`triton_native`). Per call, 5
+this project's custom op (`triton_op`), through kernels.ssd (`triton_via_ssd`: in eager mode the autograd.Function
+kernels.triton_backend.EagerTriton) and through mamba_ssm's own autograd.Function (`triton_native`). Per call, 5
 rounds alternating: the host time to enqueue 20 calls behind a long GPU sleep (the host's cost alone) and the wall
 time of 20 calls back to back (CUDA events). Then the host time of the backward body alone, in the
 autograd.Function's backward (on autograd's device thread) and called directly (on the calling thread), each the
@@ -85,11 +86,18 @@ def calls() -> list[Callable]:
     fns = [op, via_ssd, twin, direct]
     try:
         from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
+
+        import kernels.triton_backend  # registers torch.ops.mamba2_triton
     except ImportError as e:
         print("no triton:", e)
         return fns
 
     def triton_op():
+        with torch.autocast("cuda", enabled=False):
+            y, _ = torch.ops.mamba2_triton.ssd_fwd(x, dt, A, B, C, 128, D, bias, True, None)
+        return torch.autograd.grad(y, leaves, dy)
+
+    def triton_via_ssd():
         y = kernels.ssd(x, dt, A, B, C, 128, D=D, dt_bias=bias, dt_softplus=True, backend="triton")
         return torch.autograd.grad(y, leaves, dy)
 
@@ -97,7 +105,7 @@ def calls() -> list[Callable]:
         y = mamba_chunk_scan_combined(x, dt, A, B, C, 128, D=D, dt_bias=bias, dt_softplus=True)
         return torch.autograd.grad(y, leaves, dy)
 
-    return fns + [triton_op, triton_native]
+    return fns + [triton_op, triton_via_ssd, triton_native]
 
 
 def backward_body_ms() -> tuple[float, float]:
