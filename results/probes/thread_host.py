@@ -96,6 +96,7 @@ def parts() -> dict[str, Callable[[], object]]:
     def body():
         return cs.ssd_gradients(dy, None, x, dt, A, B, C, 128, D, bias, True, None, "cutile")
 
+    body()  # tunes and compiles every stage first, so the call recorded below launches only
     recorded: list[tuple] = []
     launch = ct.launch
     ct.launch = lambda stream, grid, kernel, args: (
