@@ -260,6 +260,42 @@ def test_eager_path_is_a_function_with_autograds_gradients(reference_stages, bac
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m, name=name: f"d{name}: {m}")
 
 
+@pytest.mark.parametrize("backward", ["reference", "cutile"])
+def test_compiled_and_eager_paths_agree(reference_stages, monkeypatch, backward):
+    """torch.compile(fullgraph=True) traces ssd_cutile as the custom ops (no graph break), and the compiled forward
+    and backward give the eager path's outputs and gradients (here on the CPU, through the same bodies with the
+    reference stages; the op's CPU kernel is its body, which refuses CPU tensors unless its checks are replaced)."""
+    cutile_ssd.ssd_fwd.register_kernel("cpu")(cutile_ssd.ssd_forward)
+    torch.manual_seed(3)
+    b, l, h, p, g, n = 1, 40, 2, 8, 1, 4
+    x, B, C, dt = torch.randn(b, l, h, p), torch.randn(b, l, g, n), torch.randn(b, l, g, n), torch.randn(b, l, h)
+    A, D, bias = -torch.rand(h) - 0.1, torch.randn(h), torch.randn(h)
+
+    def loss(x, dt, A, B, C, D, bias):
+        y, final = cutile_ssd.ssd_cutile(x, dt, A, B, C, 16, D, bias, True, None, backward)
+        return y.square().sum() + final.sum()
+
+    def value_and_grads(fn):
+        inputs = [t.clone().requires_grad_() for t in (x, dt, A, B, C, D, bias)]
+        value = fn(*inputs)
+        return value, torch.autograd.grad(value, inputs)
+
+    eager = value_and_grads(loss)
+    traced, op = [], cutile_ssd.ssd_fwd
+
+    def ssd_fwd(*args):  # torch.compile traces through this; EagerSSD would be traced as a Function instead
+        traced.append(args[-1])
+        return op(*args)
+
+    monkeypatch.setattr(cutile_ssd, "ssd_fwd", ssd_fwd)
+    torch._dynamo.reset()
+    compiled = value_and_grads(torch.compile(loss, fullgraph=True, backend="aot_eager"))
+    assert traced == [backward]
+    torch.testing.assert_close(compiled[0], eager[0])
+    for got, want in zip(compiled[1], eager[1], strict=True):
+        torch.testing.assert_close(got, want)
+
+
 def test_compiled_path_is_the_custom_op(monkeypatch):
     """While torch.compile traces, the cutile backend calls the custom op (one graph node), not EagerSSD."""
     called = []

@@ -128,10 +128,18 @@ def test_opcheck_schema_fake_and_autograd(triton_backend):
     torch.library.opcheck(triton_backend.ssd_fwd, (*args, 16, None, None, False, None))
 
 
-def test_compiles_as_one_graph(triton_backend):
-    """fullgraph=True raises on any graph break: the op is traced, not stepped around."""
+def test_compiles_as_one_graph(triton_backend, monkeypatch):
+    """fullgraph=True raises on any graph break: the op is traced, not stepped around (nor EagerTriton, which
+    torch.compile would trace as a Function)."""
     inputs = _inputs(True, dtype=torch.float32)
     x = inputs["x"].clone().requires_grad_()
+    traced, op = [], triton_backend.ssd_fwd
+
+    def ssd_fwd(*args):
+        traced.append(len(args))
+        return op(*args)
+
+    monkeypatch.setattr(triton_backend, "ssd_fwd", ssd_fwd)
 
     def f(x):
         y, state = triton_backend.ssd_triton(
@@ -150,6 +158,7 @@ def test_compiles_as_one_graph(triton_backend):
     torch._dynamo.reset()
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
     loss = compiled(x)
+    assert traced == [10]
     loss.backward()
     x_ref = inputs["x"].clone().requires_grad_()
     f(x_ref).backward()
