@@ -136,11 +136,12 @@ class StateConfig:
     chunks_per_step: int = 1  # fwd_pass_state's STEP; bwd_pass_state steps one chunk an iteration
 
 
-def search_space(headdim: int, dstate: int, two_chunk_steps: bool = False) -> list[StateConfig]:
-    """Configurations worth timing for this head dim and state dim; with `two_chunk_steps` (fwd_pass_state at chunks
-    up to 128: at 256 their builds spill over a kilobyte) also walks taking two chunks an iteration, for the tiles
-    of at most 2048 elements at occupancy 2 and 4 that were probed (results/tuning_log.md, "two chunks an
-    iteration")."""
+def search_space(headdim: int, dstate: int, chunk_size: int | None = None) -> list[StateConfig]:
+    """Configurations worth timing for this head dim and state dim; given fwd_pass_state's `chunk_size`, also walks
+    taking two chunks an iteration where it is at most 128 (at 256 their builds spill over a kilobyte), for the
+    tiles of at most 2048 elements at occupancy 2 and 4 that were probed (results/tuning_log.md, "two chunks an
+    iteration"). bwd_pass_state passes no chunk size: its walk takes one chunk an iteration."""
+    two_chunk_steps = chunk_size is not None and chunk_size <= 128
     space = []
     for tp in (16, 32, 64):
         for tn in (32, 64, 128):
@@ -186,5 +187,5 @@ def fwd_pass_state(
         return grid, with_hints(fwd_pass_state_kernel, cfg.occupancy), args
 
     key = shape_key(x, B, chunk_size)
-    launch("fwd_pass_state", key, StateConfig(), lambda: search_space(p, n, chunk_size <= 128), spec, x.device)
+    launch("fwd_pass_state", key, StateConfig(), lambda: search_space(p, n, chunk_size), spec, x.device)
     return chunk_states, final_state

@@ -77,8 +77,7 @@ def main() -> None:
             call()
         torch.cuda.synchronize()
         print(f"{name} {shape}")
-        two_chunks = min(shape.chunk_size, ssd.BACKWARD_CHUNK) <= 128  # as fwd_pass_state's own tune space
-        fwd_space = search_space(shape.headdim, shape.dstate, two_chunks)
+        fwd_space = search_space(shape.headdim, shape.dstate, min(shape.chunk_size, ssd.BACKWARD_CHUNK))
         best_fwd = sweep(call, "fwd_pass_state", fwd_space, None)[0][1]
         best_bwd = sweep(call, "bwd_pass_state", search_space(shape.headdim, shape.dstate), best_fwd)[0][1]
         arms = {
