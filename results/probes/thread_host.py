@@ -23,7 +23,6 @@ import argparse
 import statistics
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,23 +33,15 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 import bench_kernels  # noqa: E402
+from eager_paths import enqueue_ms  # noqa: E402
 
 import kernels  # noqa: E402
 from kernels.cutile import ssd as cs  # noqa: E402
 
 
 def host_us(fn: Callable[[], object], calls: int) -> float:
-    """Median over 5 rounds of the host microseconds per call of `calls` calls enqueued behind a GPU sleep."""
-    rounds = []
-    for _ in range(5):
-        torch.cuda.synchronize()
-        torch.cuda._sleep(int(2e8))
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        rounds.append((time.perf_counter() - start) * 1e6 / calls)
-    torch.cuda.synchronize()
-    return statistics.median(rounds)
+    """Median over 5 rounds of eager_paths.enqueue_ms (`calls` calls enqueued behind a GPU sleep), in microseconds."""
+    return statistics.median(enqueue_ms(fn, calls) for _ in range(5)) * 1e3
 
 
 def on_main(fn: Callable[[], object], calls: int) -> float:
