@@ -296,17 +296,6 @@ def test_compiled_and_eager_paths_agree(reference_stages, monkeypatch, backward)
         torch.testing.assert_close(got, want)
 
 
-def test_compiled_path_is_the_custom_op(monkeypatch):
-    """While torch.compile traces, the cutile backend calls the custom op (one graph node), not EagerSSD."""
-    called = []
-    monkeypatch.setattr(cutile_ssd, "ssd_fwd", lambda *args: called.append(args) or ("y", "final"))
-    monkeypatch.setattr(cutile_ssd.EagerSSD, "apply", lambda *args: pytest.fail("EagerSSD while compiling"))
-    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    args = ("x", "dt", "A", "B", "C", 64, None, None, True, None, "cutile")
-    assert cutile_ssd.ssd_cutile(*args) == ("y", "final")
-    assert called == [args]
-
-
 def test_tuning_choice_is_decided_once_per_shape(tmp_path, monkeypatch):
     """The launch path looks a tuned configuration up once; later calls touch neither the GPU nor the disk."""
     from kernels.cutile import tuning
