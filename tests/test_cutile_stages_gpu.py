@@ -20,6 +20,7 @@ from kernels.cutile.bwd_pass_state import bwd_pass_state
 from kernels.cutile.chunk_cumsum import LOG2E, chunk_cumsum, chunk_cumsum_log2
 from kernels.cutile.chunk_cumsum_bwd import chunk_cumsum_bwd, search_space
 from kernels.cutile.compute_out import compute_out
+from kernels.cutile.compute_out import search_space as out_space
 from kernels.cutile.fwd_pass_state import fwd_pass_state, states_dtype
 from kernels.cutile.fwd_pass_state import search_space as state_space  # chunk_cumsum_bwd's holds the name
 from kernels.testing import rel_err, stage_inputs
@@ -197,3 +198,19 @@ def test_forward_walk_taking_two_chunks_an_iteration(config, nchunks, dtype):
     assert launched == [config]
     assert s.shape == t["chunk_states"].shape
     assert rel_err(s, t["chunk_states"]) < TOL[dtype] and rel_err(fin, t["final_state"]) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("config", out_space(128, 64), ids=str)
+def test_every_tuning_configuration_of_compute_out(config, dtype):
+    """Each compute_out configuration tuning can pick, forced, against the float64 stage: 549 tokens are 5 blocks of
+    128 and 9 of 64, so a program taking two blocks in turn meets the sequence's end after its first."""
+    chunk = 128
+    t = stage_inputs(dtype, chunk, 64, 128, l=4 * chunk + 37, seed=SEEDS[dtype] + 3)
+    t64 = {k: None if v is None else v.to(F64) for k, v in t.items()}
+    dt_out, dA, states = t["dt_out"], t["dA_cumsum"], t["chunk_states"]
+    with tuning.forced("compute_out", config) as launched:
+        y = compute_out(t["x"], t["B"], t["C"], *f32(dt_out, dA), *stored(dtype, states), *f32(t64["D"]))
+    assert launched == [config]
+    y64 = reference.compute_out(t64["x"], t64["B"], t64["C"], dt_out.to(F64), dA.to(F64), states.to(F64), t64["D"])
+    assert y.dtype == dtype and rel_err(y, y64) < TOL[dtype]

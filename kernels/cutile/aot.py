@@ -126,17 +126,23 @@ def signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
                 ),
             )
     for name, dtype in DTYPES.items():
-        for chunk, tile_t, tile_p, tile_n in ((64, 64, 64, 64), (128, 128, 64, 128), (256, 64, 128, 128)):
+        for chunk, tile_t, tile_p, tile_n, blocks in (
+            (64, 64, 64, 64, 1),
+            (128, 128, 64, 128, 1),
+            (128, 128, 64, 128, 2),
+            (256, 64, 128, 128, 1),
+        ):
             yield (
                 *_hinted(
-                    f"compute_out[{name},Q={chunk},T={tile_t},P={tile_p},N={tile_n}]",
+                    f"compute_out[{name},Q={chunk},T={tile_t},P={tile_p},N={tile_n},blocks={blocks}]",
                     compute_out_kernel,
                     default_out_config(getattr(torch, name)).occupancy,
                 ),
                 _signature(
                     [_array(dtype, 4), _array(dtype, 4), _array(dtype, 4), _array(f32, 3), _array(f32, 3)]
                     + [_array(_states(name), 5), _array(f32, 1), _array(dtype, 4)]
-                    + [8, 4, chunk, tile_t, tile_p, tile_n, True, name == "float32", 4, name == "bfloat16"]
+                    + [8, 4, chunk, tile_t, tile_p, tile_n, True, name == "float32", 4, name == "bfloat16", blocks]
+                    + [ctc.ScalarConstraint(ct.int32)]
                 ),
             )
 

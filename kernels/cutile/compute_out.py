@@ -1,8 +1,8 @@
 """Stage 3 of the SSD forward in cuTile: every token's output.
 
 Reference: `kernels.reference.compute_out`, whose contract the host function `compute_out` keeps (y is
-returned in x's dtype). One program per (batch·head, block of TILE_T tokens,
-head-dim tile). For its rows t it accumulates, in registers,
+returned in x's dtype). One program per (batch·head, BLOCKS consecutive blocks
+of TILE_T tokens taken in turn, head-dim tile). For its rows t it accumulates, in registers,
     acc  = exp(G_t) * (C_t · S_chunkᵀ)                                    carried state
     acc += sum over column blocks s <= t of  (C_t B_sᵀ ∘ exp(G_t - G_s) ∘ [t >= s] ∘ dt_s) x_s
     y    = acc + D x_t
@@ -47,79 +47,86 @@ def compute_out_kernel(
     TF32_CB: ConstBool,
     LATENCY: ConstInt,
     BF16_MMA: ConstBool,
+    BLOCKS: ConstInt,  # token blocks a program takes in turn
+    nblocks: int,  # token blocks of the sequence
 ):
     bh = ct.bid(0)
     bi = bh // NHEADS
     hi = bh % NHEADS
     gi = hi // HEADS_PER_GROUP
-    tb = ct.bid(1)  # block of TILE_T tokens along the whole sequence
-    pj = ct.bid(2)
-    blocks_per_chunk = Q // TILE_T
-    k = tb // blocks_per_chunk  # chunk
-    first = k * blocks_per_chunk  # first token block of the chunk
+    for step in range(BLOCKS):
+        # Block of TILE_T tokens along the whole sequence. A last program past the end takes the last block
+        # again (it stores the same values): a branch here costs more than the repeated block.
+        tb = ct.minimum(ct.bid(1) * BLOCKS + step, nblocks - 1)
+        pj = ct.bid(2)
+        blocks_per_chunk = Q // TILE_T
+        k = tb // blocks_per_chunk  # chunk
+        first = k * blocks_per_chunk  # first token block of the chunk
 
-    g_t = ct.load(dA_cumsum, index=(bi, hi, tb), shape=(1, 1, TILE_T), latency=2).reshape((TILE_T, 1)) * LOG2E
-    c_t = ct.load(C, index=(bi, tb, gi, 0), shape=(1, TILE_T, 1, TILE_N), padding_mode=ZERO, latency=LATENCY).reshape(
-        (TILE_T, TILE_N)
-    )
-    x_t = ct.load(x, index=(bi, tb, hi, pj), shape=(1, TILE_T, 1, TILE_P), padding_mode=ZERO, latency=LATENCY).reshape(
-        (TILE_T, TILE_P)
-    )
-    c_tf = c_t.astype(ct.tfloat32)
-
-    # Carried state: exp(G_t) * C_t · Sᵀ, S the state entering chunk k.
-    s = ct.load(
-        chunk_states, index=(bi, k, hi, pj, 0), shape=(1, 1, 1, TILE_P, TILE_N), padding_mode=ZERO, latency=2
-    ).reshape((TILE_P, TILE_N))
-    if BF16_MMA:  # astype is no operation on bf16 states: they enter the product as loaded
-        acc = ct.mma(c_t, ct.transpose(s.astype(ct.bfloat16)), ct.zeros((TILE_T, TILE_P), dtype=ct.float32))
-    else:
-        acc = ct.mma(c_tf, ct.transpose(s.astype(ct.tfloat32)), ct.zeros((TILE_T, TILE_P), dtype=ct.float32))
-    acc = acc * ct.exp2(g_t)
-
-    if TF32_CB:
-        c_mm = c_tf
-    else:
-        c_mm = c_t
-    t_idx = tb * TILE_T + ct.arange(TILE_T, dtype=ct.int32).reshape((TILE_T, 1))
-    for sb in range(first, tb + 1):
-        b_s = ct.load(
-            B, index=(bi, sb, gi, 0), shape=(1, TILE_T, 1, TILE_N), padding_mode=ZERO, latency=LATENCY
+        g_t = ct.load(dA_cumsum, index=(bi, hi, tb), shape=(1, 1, TILE_T), latency=2).reshape((TILE_T, 1)) * LOG2E
+        c_t = ct.load(
+            C, index=(bi, tb, gi, 0), shape=(1, TILE_T, 1, TILE_N), padding_mode=ZERO, latency=LATENCY
         ).reshape((TILE_T, TILE_N))
-        x_s = ct.load(
-            x, index=(bi, sb, hi, pj), shape=(1, TILE_T, 1, TILE_P), padding_mode=ZERO, latency=LATENCY
+        x_t = ct.load(
+            x, index=(bi, tb, hi, pj), shape=(1, TILE_T, 1, TILE_P), padding_mode=ZERO, latency=LATENCY
         ).reshape((TILE_T, TILE_P))
-        g_s = ct.load(dA_cumsum, index=(bi, hi, sb), shape=(1, 1, TILE_T), latency=2).reshape((1, TILE_T)) * LOG2E
-        d_s = ct.load(dt_out, index=(bi, hi, sb), shape=(1, 1, TILE_T), latency=2).reshape((1, TILE_T))
-        if TF32_CB:
-            b_mm = b_s.astype(ct.tfloat32)
-        else:
-            b_mm = b_s
-        cb = ct.mma(c_mm, ct.transpose(b_mm), ct.zeros((TILE_T, TILE_T), dtype=ct.float32))
-        s_idx = sb * TILE_T + ct.arange(TILE_T, dtype=ct.int32).reshape((1, TILE_T))
-        log_decay = ct.where(t_idx >= s_idx, g_t - g_s, -float("inf"))
-        scores = cb * ct.exp2(log_decay) * d_s
-        if BF16_MMA:
-            acc = ct.mma(scores.astype(ct.bfloat16), x_s, acc)
-        else:
-            acc = ct.mma(scores.astype(ct.tfloat32), x_s.astype(ct.tfloat32), acc)
+        c_tf = c_t.astype(ct.tfloat32)
 
-    if HAS_D:
-        d_skip = ct.load(D, index=(hi,), shape=(1,)).reshape((1, 1))
-        acc = acc + d_skip * x_t.astype(ct.float32)
-    ct.store(y, index=(bi, tb, hi, pj), tile=acc.astype(y.dtype).reshape((1, TILE_T, 1, TILE_P)))
+        # Carried state: exp(G_t) * C_t · Sᵀ, S the state entering chunk k.
+        s = ct.load(
+            chunk_states, index=(bi, k, hi, pj, 0), shape=(1, 1, 1, TILE_P, TILE_N), padding_mode=ZERO, latency=2
+        ).reshape((TILE_P, TILE_N))
+        if BF16_MMA:  # astype is no operation on bf16 states: they enter the product as loaded
+            acc = ct.mma(c_t, ct.transpose(s.astype(ct.bfloat16)), ct.zeros((TILE_T, TILE_P), dtype=ct.float32))
+        else:
+            acc = ct.mma(c_tf, ct.transpose(s.astype(ct.tfloat32)), ct.zeros((TILE_T, TILE_P), dtype=ct.float32))
+        acc = acc * ct.exp2(g_t)
+
+        if TF32_CB:
+            c_mm = c_tf
+        else:
+            c_mm = c_t
+        t_idx = tb * TILE_T + ct.arange(TILE_T, dtype=ct.int32).reshape((TILE_T, 1))
+        for sb in range(first, tb + 1):
+            b_s = ct.load(
+                B, index=(bi, sb, gi, 0), shape=(1, TILE_T, 1, TILE_N), padding_mode=ZERO, latency=LATENCY
+            ).reshape((TILE_T, TILE_N))
+            x_s = ct.load(
+                x, index=(bi, sb, hi, pj), shape=(1, TILE_T, 1, TILE_P), padding_mode=ZERO, latency=LATENCY
+            ).reshape((TILE_T, TILE_P))
+            g_s = ct.load(dA_cumsum, index=(bi, hi, sb), shape=(1, 1, TILE_T), latency=2).reshape((1, TILE_T)) * LOG2E
+            d_s = ct.load(dt_out, index=(bi, hi, sb), shape=(1, 1, TILE_T), latency=2).reshape((1, TILE_T))
+            if TF32_CB:
+                b_mm = b_s.astype(ct.tfloat32)
+            else:
+                b_mm = b_s
+            cb = ct.mma(c_mm, ct.transpose(b_mm), ct.zeros((TILE_T, TILE_T), dtype=ct.float32))
+            s_idx = sb * TILE_T + ct.arange(TILE_T, dtype=ct.int32).reshape((1, TILE_T))
+            log_decay = ct.where(t_idx >= s_idx, g_t - g_s, -float("inf"))
+            scores = cb * ct.exp2(log_decay) * d_s
+            if BF16_MMA:
+                acc = ct.mma(scores.astype(ct.bfloat16), x_s, acc)
+            else:
+                acc = ct.mma(scores.astype(ct.tfloat32), x_s.astype(ct.tfloat32), acc)
+
+        if HAS_D:
+            d_skip = ct.load(D, index=(hi,), shape=(1,)).reshape((1, 1))
+            acc = acc + d_skip * x_t.astype(ct.float32)
+        ct.store(y, index=(bi, tb, hi, pj), tile=acc.astype(y.dtype).reshape((1, TILE_T, 1, TILE_P)))
 
 
 @dataclass(frozen=True)
 class OutConfig:
-    """Block sizes and occupancy of one compute_out launch. The default is the fastest measured with bf16
-    inputs at the seed shape and at the training step's (results/tuning_log.md); `default_out_config` gives
-    other dtypes TILE_T 64."""
+    """Block sizes, occupancy and token blocks per program of one compute_out launch. The default is the fastest
+    measured with bf16 inputs at the seed shape and at the training step's before `blocks` (results/tuning_log.md);
+    `default_out_config` gives other dtypes TILE_T 64. With `blocks` above 1 a program takes that many consecutive
+    token blocks in turn; where they do not divide the sequence's blocks, the last program repeats the last block."""
 
     TILE_T: int = 128
     TILE_P: int = 64
     latency: int = 4
     occupancy: int = 2
+    blocks: int = 1
 
 
 def default_out_config(dtype: torch.dtype) -> OutConfig:
@@ -129,14 +136,14 @@ def default_out_config(dtype: torch.dtype) -> OutConfig:
 
 
 def search_space(chunk_size: int, headdim: int) -> list[OutConfig]:
-    """Configurations worth timing for this chunk size and head dim."""
+    """Configurations worth timing for this chunk size and head dim: each tile pair at occupancy 1 and 2, and at
+    occupancy 2 also two token blocks a program."""
     space = []
     for tt in (64, 128):
         for tp in (32, 64, 128):
             if tt > chunk_size or tp > max(32, headdim):
                 continue
-            for occ in (1, 2):
-                space.append(OutConfig(tt, tp, 4, occ))
+            space += [OutConfig(tt, tp, 4, 1), OutConfig(tt, tp, 4, 2), OutConfig(tt, tp, 4, 2, blocks=2)]
     return space
 
 
@@ -167,10 +174,12 @@ def compute_out(
 
     def spec(cfg: OutConfig) -> tuple[tuple[int, ...], object, tuple]:
         tile_t = min(cfg.TILE_T, chunk_size)
-        grid = (b * h, -(-seqlen // tile_t), -(-p // cfg.TILE_P))
+        nblocks = -(-seqlen // tile_t)
+        grid = (b * h, -(-nblocks // cfg.blocks), -(-p // cfg.TILE_P))
         args = (x, B, C, dt_out.view(rows), dA_cumsum.view(rows), chunk_states, dt_out if D32 is None else D32, y)
         args += (h, h // g, chunk_size, tile_t, cfg.TILE_P, next_pow2(n, 1), D is not None, x.dtype == torch.float32)
-        return grid, with_hints(compute_out_kernel, cfg.occupancy), (*args, cfg.latency, x.dtype == torch.bfloat16)
+        args += (cfg.latency, x.dtype == torch.bfloat16, cfg.blocks, nblocks)
+        return grid, with_hints(compute_out_kernel, cfg.occupancy), args
 
     key = shape_key(x, B, chunk_size)
     launch("compute_out", key, default_out_config(x.dtype), lambda: search_space(chunk_size, p), spec, x.device)
