@@ -27,6 +27,14 @@ from kernels.cutile.chunk_cumsum import LOG2E
 from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, next_pow2, shape_key, with_hints
 
 
+@ct.function
+def token_rows(t, bi, block, col, j, TILE_T, WIDTH, LATENCY):
+    """The (TILE_T, WIDTH) tile of t (b, l, heads or groups, width) at token block `block`, head or group `col`,
+    width tile j; rows past the sequence's end are zeros. A device function: inlined into the kernel."""
+    tile = ct.load(t, index=(bi, block, col, j), shape=(1, TILE_T, 1, WIDTH), padding_mode=ZERO, latency=LATENCY)
+    return tile.reshape((TILE_T, WIDTH))
+
+
 @ct.kernel
 def compute_out_kernel(
     x,  # (b, l, h, p)
@@ -54,22 +62,18 @@ def compute_out_kernel(
     bi = bh // NHEADS
     hi = bh % NHEADS
     gi = hi // HEADS_PER_GROUP
+    pj = ct.bid(2)
+    blocks_per_chunk = Q // TILE_T
     for step in range(BLOCKS):
         # Block of TILE_T tokens along the whole sequence. A last program past the end takes the last block
         # again (it stores the same values): a branch here costs more than the repeated block.
         tb = ct.minimum(ct.bid(1) * BLOCKS + step, nblocks - 1)
-        pj = ct.bid(2)
-        blocks_per_chunk = Q // TILE_T
         k = tb // blocks_per_chunk  # chunk
         first = k * blocks_per_chunk  # first token block of the chunk
 
         g_t = ct.load(dA_cumsum, index=(bi, hi, tb), shape=(1, 1, TILE_T), latency=2).reshape((TILE_T, 1)) * LOG2E
-        c_t = ct.load(
-            C, index=(bi, tb, gi, 0), shape=(1, TILE_T, 1, TILE_N), padding_mode=ZERO, latency=LATENCY
-        ).reshape((TILE_T, TILE_N))
-        x_t = ct.load(
-            x, index=(bi, tb, hi, pj), shape=(1, TILE_T, 1, TILE_P), padding_mode=ZERO, latency=LATENCY
-        ).reshape((TILE_T, TILE_P))
+        c_t = token_rows(C, bi, tb, gi, 0, TILE_T, TILE_N, LATENCY)
+        x_t = token_rows(x, bi, tb, hi, pj, TILE_T, TILE_P, LATENCY)
         c_tf = c_t.astype(ct.tfloat32)
 
         # Carried state: exp(G_t) * C_t · Sᵀ, S the state entering chunk k.
@@ -88,12 +92,8 @@ def compute_out_kernel(
             c_mm = c_t
         t_idx = tb * TILE_T + ct.arange(TILE_T, dtype=ct.int32).reshape((TILE_T, 1))
         for sb in range(first, tb + 1):
-            b_s = ct.load(
-                B, index=(bi, sb, gi, 0), shape=(1, TILE_T, 1, TILE_N), padding_mode=ZERO, latency=LATENCY
-            ).reshape((TILE_T, TILE_N))
-            x_s = ct.load(
-                x, index=(bi, sb, hi, pj), shape=(1, TILE_T, 1, TILE_P), padding_mode=ZERO, latency=LATENCY
-            ).reshape((TILE_T, TILE_P))
+            b_s = token_rows(B, bi, sb, gi, 0, TILE_T, TILE_N, LATENCY)
+            x_s = token_rows(x, bi, sb, hi, pj, TILE_T, TILE_P, LATENCY)
             g_s = ct.load(dA_cumsum, index=(bi, hi, sb), shape=(1, 1, TILE_T), latency=2).reshape((1, TILE_T)) * LOG2E
             d_s = ct.load(dt_out, index=(bi, hi, sb), shape=(1, 1, TILE_T), latency=2).reshape((1, TILE_T))
             if TF32_CB:
