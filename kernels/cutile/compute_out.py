@@ -117,10 +117,9 @@ def compute_out_kernel(
 
 @dataclass(frozen=True)
 class OutConfig:
-    """Block sizes, occupancy and token blocks per program of one compute_out launch. The default is the fastest
-    measured with bf16 inputs at the seed shape and at the training step's before `blocks` (results/tuning_log.md);
-    `default_out_config` gives other dtypes TILE_T 64. With `blocks` above 1 a program takes that many consecutive
-    token blocks in turn; where they do not divide the sequence's blocks, the last program repeats the last block."""
+    """Block sizes, occupancy and token blocks per program of one compute_out launch (`default_out_config` gives
+    the one used untuned). With `blocks` above 1 a program takes that many consecutive token blocks in turn; where
+    they do not divide the sequence's blocks, the last program repeats the last block."""
 
     TILE_T: int = 128
     TILE_P: int = 64
@@ -130,20 +129,25 @@ class OutConfig:
 
 
 def default_out_config(dtype: torch.dtype) -> OutConfig:
-    """The configuration used untuned: OutConfig() with bf16 inputs; with others TILE_T 64, the earlier default
-    (their products run in TF32, whose operands take twice bf16's registers; TILE_T 128 was measured with bf16)."""
-    return OutConfig() if dtype == torch.bfloat16 else OutConfig(TILE_T=64)
+    """The configuration used untuned. With bf16 inputs 128 x 64 tiles at occupancy 2, two token blocks a program:
+    untuned, 0.126 ms against one block's 0.138 at the seed shape and 0.113 against 0.128 with state 64, and
+    tuning chose two blocks at every shape probed (results/tuning_log.md, "compute_out over two token blocks").
+    With others TILE_T 64, one block (their products run in TF32, whose operands take twice bf16's registers)."""
+    return OutConfig(blocks=2) if dtype == torch.bfloat16 else OutConfig(TILE_T=64)
 
 
 def search_space(chunk_size: int, headdim: int) -> list[OutConfig]:
     """Configurations worth timing for this chunk size and head dim: each tile pair at occupancy 1 and 2, and at
-    occupancy 2 also two token blocks a program."""
+    occupancy 2 also two token blocks a program; 64-token tiles (128 threads) also at occupancy 4, one or two
+    blocks (with state 64 the fastest: results/tuning_log.md, "occupancy 4")."""
     space = []
     for tt in (64, 128):
         for tp in (32, 64, 128):
             if tt > chunk_size or tp > max(32, headdim):
                 continue
             space += [OutConfig(tt, tp, 4, 1), OutConfig(tt, tp, 4, 2), OutConfig(tt, tp, 4, 2, blocks=2)]
+            if tt == 64:
+                space += [OutConfig(tt, tp, 4, 4), OutConfig(tt, tp, 4, 4, blocks=2)]
     return space
 
 

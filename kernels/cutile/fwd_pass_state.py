@@ -58,6 +58,25 @@ def step_over_chunk(carried, rows, weights, log_decay, TF32, BASE2):
     return ct.mma(rows_t, w, carried * ct.exp(log_decay))
 
 
+@ct.function
+def chunk_product(gs, ds, xs, bs, s, Q, TF32):
+    """Chunk s of an iteration's tiles, gs and ds (STEP·Q, 1) fp32, xs (STEP·Q, TILE_P), bs (STEP·Q, TILE_N) ->
+    (x_sᵀ (B_s * exp(G_end - G) * dt), G_end): the chunk's tokens' whole contribution to the state leaving it,
+    (TILE_P, TILE_N) fp32 from a zero accumulator, and its last cumulative log decay, (1, 1). The product's operands
+    in the inputs' dtype, or in TF32 with TF32 (fp32 inputs). Natural-log units with ct.exp: scaling g by log2(e)
+    for exp2 made the walk slower (results/tuning_log.md, "exp against exp2"). A device function, inlined."""
+    g = ct.extract(gs, index=(s, 0), shape=(Q, 1))
+    d = ct.extract(ds, index=(s, 0), shape=(Q, 1))
+    xk = ct.extract(xs, index=(s, 0), shape=(Q, xs.shape[1]))
+    bk = ct.extract(bs, index=(s, 0), shape=(Q, bs.shape[1]))
+    g_end = ct.extract(g, index=(Q - 1, 0), shape=(1, 1))
+    weights = bk.astype(ct.float32) * (ct.exp(g_end - g) * d)  # B scaled by each token's decay to the chunk end
+    zero = ct.zeros((xs.shape[1], bs.shape[1]), dtype=ct.float32)
+    if TF32:
+        return ct.mma(ct.transpose(xk.astype(ct.tfloat32)), weights.astype(ct.tfloat32), zero), g_end
+    return ct.mma(ct.transpose(xk), weights.astype(xk.dtype), zero), g_end
+
+
 @ct.kernel
 def fwd_pass_state_kernel(
     x,  # (b, l, h, p)
@@ -103,19 +122,15 @@ def fwd_pass_state_kernel(
             # stored before the step: held across it, the state spills at 64 registers a thread (a 32 x 128 tile
             # at occupancy 4: results/tuning_log.md, "two chunks an iteration")
             store_states(chunk_states, entering, bi, j, hi, pj, nj)
-        for s in ct.static_iter(range(STEP)):
-            # natural-log units with ct.exp: scaling the loaded g by log2(e) for exp2 made this loop slower
-            # (results/tuning_log.md, "exp against exp2")
-            g = ct.extract(gs, index=(s, 0), shape=(Q, 1))
-            d = ct.extract(ds, index=(s, 0), shape=(Q, 1))
-            xk = ct.extract(xs, index=(s, 0), shape=(Q, TILE_P))
-            bk = ct.extract(bs, index=(s, 0), shape=(Q, TILE_N))
-            g_end = ct.extract(g, index=(Q - 1, 0), shape=(1, 1))
-            # B scaled by each token's decay to the chunk end and its dt
-            state = step_over_chunk(state, xk, bk.astype(ct.float32) * (ct.exp(g_end - g) * d), g_end, TF32, False)
-            if s < STEP - 1:
-                entering = ct.cat((entering, state.reshape((1, TILE_P, TILE_N))), 0)
-        if STEP > 1:
+        # both chunks' products first, each from zero: they wait on no state, and the carried state then takes one
+        # multiply-add a chunk (results/tuning_log.md, "products from zero")
+        product0, g_end0 = chunk_product(gs, ds, xs, bs, 0, Q, TF32)
+        if STEP == 2:
+            product1, g_end1 = chunk_product(gs, ds, xs, bs, 1, Q, TF32)
+        state = state * ct.exp(g_end0) + product0
+        if STEP == 2:
+            entering = ct.cat((entering, state.reshape((1, TILE_P, TILE_N))), 0)
+            state = state * ct.exp(g_end1) + product1
             store_states(chunk_states, entering, bi, j, hi, pj, nj)
     ct.store(final_state, index=(bi, hi, pj, nj), tile=state.reshape((1, 1, TILE_P, TILE_N)))
 
