@@ -3,6 +3,8 @@ kernel's distance from its memory floor comes with what its warps wait on.
 
     python scripts/ncu_ssd.py --shape seed --variants cutile:cutile,triton --out results/ncu   # needs ncu and a GPU
     python scripts/ncu_ssd.py --summary results/ncu/seed_cutile-cutile.csv                    # re-print a summary
+    python scripts/ncu_ssd.py --source "fwd_pass_state|compute_out" --mode fwd --out OUT   # stalls per instruction
+    python scripts/ncu_ssd.py --source-summary OUT/seed_cutile-cutile_source.csv          # re-print those
 
 For each variant (as bench_kernels.py names them) the script runs itself under ncu: the variant warms up, then runs
 one call between cudaProfilerStart and cudaProfilerStop, the only kernels ncu profiles (an NVTX range would miss the
@@ -15,6 +17,11 @@ CSV beside it (ncu's raw page, one row per kernel, cut to the columns below), an
 duration; DRAM bytes read and written; DRAM, L2 and SM throughput in % of peak; achieved occupancy; registers per
 thread; and the three stall reasons with the most warps waiting per issued instruction ("selected" and
 "not_selected", an issuing or an eligible warp, are not waits and are left out).
+
+With --source REGEX only the kernels whose names match are profiled, with ncu's warp-state sampling added
+(SourceCounters), and their SASS with the samples at each instruction is exported too (OUT/SHAPE_VARIANT_source.csv,
+ncu's source page): the summary then names the instructions the warps were found waiting at most, and the share of
+samples each kind of instruction (its opcode) holds.
 """
 
 from __future__ import annotations
@@ -94,7 +101,49 @@ def trim(text: str) -> str:
     return out.getvalue()
 
 
-def measured_call(shape_name: str, variant: str, autotune: bool) -> None:
+SAMPLES = "Warp Stall Sampling (All Samples)"  # the source page's column of samples per instruction
+
+
+def source_summary(text: str, top: int = 25) -> str:
+    """The instructions with the most warp-state samples in an exported source page (one table a kernel, each
+    starting at a header row that names SAMPLES), then the share of samples per opcode."""
+    lines: list[str] = []
+    found = False
+    header: list[str] | None = None
+    rows: list[list[str]] = []
+
+    def flush() -> None:
+        if header is None or not rows:
+            return
+        i_src, i_n = header.index("Source"), header.index(SAMPLES)
+        counted = [(number(r[i_n]) or 0.0, r[i_src].strip()) for r in rows if len(r) > max(i_src, i_n)]
+        total = sum(n for n, _ in counted) or 1.0
+        lines.append(f"{len(counted)} instructions, {total:.0f} samples; the {top} with most:")
+        for n, src in sorted(counted, key=lambda c: c[0], reverse=True)[:top]:
+            lines.append(f"  {100 * n / total:5.1f}%  {src}")
+        by_op: dict[str, float] = {}
+        for n, src in counted:
+            op = src.split()[0] if src.split() else "?"
+            op = src.split()[1] if op.startswith("@") and len(src.split()) > 1 else op
+            by_op[op] = by_op.get(op, 0.0) + n
+        ranked = sorted(by_op.items(), key=lambda kv: kv[1], reverse=True)[:12]
+        lines.append("  by opcode: " + ", ".join(f"{op} {100 * n / total:.1f}%" for op, n in ranked))
+
+    for row in csv.reader(text.splitlines()):
+        if SAMPLES in row and "Source" in row:
+            flush()
+            header, rows, found = row, [], True
+        elif header is not None and row:
+            rows.append(row)
+        elif header is None and row:
+            lines.append(" ".join(row))  # what ncu prints before a table (the kernel's name)
+    flush()
+    if not found:  # an export that failed leaves ncu's message in the file
+        return "\n".join(["no source table with warp-state samples found:", *text.splitlines()[:5]])
+    return "\n".join(lines)
+
+
+def measured_call(shape_name: str, variant: str, autotune: bool, mode: str = "fwd_bwd") -> None:
     """Inside ncu: tune and warm the variant up, then one call with the profiler started."""
     import torch
 
@@ -103,7 +152,7 @@ def measured_call(shape_name: str, variant: str, autotune: bool) -> None:
 
     tuning.set_autotune(autotune)
     (shape,) = SHAPE_SETS[shape_name]
-    call = make_call(shape, variant, "fwd_bwd", "cuda")
+    call = make_call(shape, variant, mode, "cuda")
     for _ in range(3):
         call()
     torch.cuda.synchronize()
@@ -113,15 +162,18 @@ def measured_call(shape_name: str, variant: str, autotune: bool) -> None:
     torch.cuda.cudart().cudaProfilerStop()
 
 
-def profile(shape: str, variant: str, out: Path, autotune: bool) -> Path:
+def profile(shape: str, variant: str, out: Path, autotune: bool, mode: str, source: str | None) -> Path:
     """Run one variant under ncu; returns the exported CSV (the columns the table reads; the report itself, every
-    section, stays beside it as OUT/SHAPE_VARIANT.ncu-rep)."""
+    section, stays beside it as OUT/SHAPE_VARIANT.ncu-rep). With `source`, a regex of kernel names: only those
+    kernels, with warp-state sampling, and their source page exported beside (OUT/SHAPE_VARIANT_source.csv)."""
     stem = out / f"{shape}_{variant.replace(':', '-')}"
     command = ["ncu", "--clock-control", "none", "--target-processes", "all", "--profile-from-start", "off"]
-    for section in SECTIONS:
+    for section in SECTIONS + (("SourceCounters",) if source else ()):
         command += ["--section", section]
+    if source:
+        command += ["--kernel-name", f"regex:{source}"]
     command += ["--metrics", ",".join(METRICS), "--export", str(stem), "--force-overwrite"]
-    inner = [sys.executable, __file__, "--inner", "--shape", shape, "--variants", variant]
+    inner = [sys.executable, __file__, "--inner", "--shape", shape, "--variants", variant, "--mode", mode]
     inner += ["--autotune"] if autotune else []
     if autotune:
         subprocess.run(inner, check=True)
@@ -134,6 +186,10 @@ def profile(shape: str, variant: str, out: Path, autotune: bool) -> Path:
     )
     csv_path = stem.with_suffix(".csv")
     csv_path.write_text(trim(exported.stdout))
+    if source:
+        page = ["ncu", "--import", f"{stem}.ncu-rep", "--page", "source", "--csv", "--print-source", "sass"]
+        done = subprocess.run(page, capture_output=True, text=True)
+        (out / f"{stem.name}_source.csv").write_text(done.stdout if done.returncode == 0 else done.stderr)
     return csv_path
 
 
@@ -145,15 +201,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", default="results/ncu", help="folder for the reports and CSVs")
     ap.add_argument("--autotune", action="store_true", help="tune the cuTile kernels before the measured call")
+    ap.add_argument("--mode", default="fwd_bwd", choices=("fwd", "fwd_bwd"), help="the call profiled")
+    ap.add_argument("--source", metavar="REGEX", help="only these kernels, with their stalls per instruction")
     ap.add_argument("--summary", metavar="CSV", help="print the table of an exported CSV and exit")
+    ap.add_argument("--source-summary", metavar="CSV", help="print the stalls of an exported source page and exit")
     ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.summary:
         print(summarize(Path(args.summary)))
         return 0
+    if args.source_summary:
+        print(source_summary(Path(args.source_summary).read_text()))
+        return 0
     variants = args.variants.split(",")
     if args.inner:
-        measured_call(args.shape, variants[0], args.autotune)
+        measured_call(args.shape, variants[0], args.autotune, args.mode)
         return 0
     if shutil.which("ncu") is None:
         print("ncu_ssd: ncu (Nsight Compute) is not on PATH", file=sys.stderr)
@@ -163,8 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     root = str(Path(__file__).resolve().parents[1])  # the inner runs import kernels and scripts from here
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     for variant in variants:
-        csv_path = profile(args.shape, variant, out, args.autotune)
+        csv_path = profile(args.shape, variant, out, args.autotune, args.mode, args.source)
         print(f"\n{args.shape}, {variant} ({csv_path}):\n{summarize(csv_path)}")
+        if args.source:
+            source = out / f"{csv_path.stem}_source.csv"
+            print(f"\n{source}:\n{source_summary(source.read_text())}")
     return 0
 
 

@@ -7,7 +7,7 @@ import csv
 from cuda.tile import compilation as ctc
 
 from kernels.cutile import aot
-from scripts.ncu_ssd import main, summarize, trim
+from scripts.ncu_ssd import main, source_summary, summarize, trim
 
 STALLS = ("long_scoreboard", "barrier", "math_pipe_throttle", "wait", "selected")
 HEADER = ["ID", "Kernel Name", "gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum"]
@@ -63,3 +63,26 @@ def test_an_empty_export_says_so(tmp_path):
     path = tmp_path / "none.csv"
     path.write_text("")
     assert "no kernels profiled" in summarize(path)
+
+
+def test_the_source_summary_ranks_instructions_and_opcodes(tmp_path, capsys):
+    header = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Warp Stall Sampling (Not-issued Samples)"]
+    rows = [
+        ["0x10", "HGMMA.64x32x16.F32.BF16 R24, R72, gdesc[UR4], R24", "30", "30"],
+        ["0x20", "@!P0 SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR8+0x18810], R4", "50", "49"],
+        ["0x30", "HGMMA.64x32x16.F32.BF16 R24, R76, gdesc[UR4], R24", "10", "10"],
+        ["0x40", "MOV R1, c[0x0][0x28]", "10", "2"],
+    ]
+    text = "\n".join(",".join(f'"{v}"' for v in r) for r in [["compute_out_kernel"], header, *rows])
+    lines = source_summary(text).splitlines()
+    assert lines[0] == "compute_out_kernel" and lines[1] == "4 instructions, 100 samples; the 25 with most:"
+    assert lines[2].split()[:2] == ["50.0%", "@!P0"] and lines[3].split()[0] == "30.0%"
+    # the predicate is not the opcode; the two HGMMAs sum
+    assert lines[-1] == "  by opcode: SYNCS.PHASECHK.TRANS64.TRYWAIT 50.0%, HGMMA.64x32x16.F32.BF16 40.0%, MOV 10.0%"
+    assert source_summary("==ERR== no,table\n").splitlines() == [
+        "no source table with warp-state samples found:",
+        "==ERR== no,table",
+    ]
+    path = tmp_path / "s.csv"
+    path.write_text(text)
+    assert main(["--source-summary", str(path)]) == 0 and capsys.readouterr().out.splitlines()[0] == lines[0]
