@@ -1,19 +1,25 @@
 """Stage 2 of the SSD forward in cuTile: the state entering every chunk, and the final state.
 
 Reference: `kernels.reference.fwd_pass_state`, whose contract the host function `fwd_pass_state` keeps.
-One program per (batch, head, head-dim tile, state tile)
-walks the chunks in order and jumps over each chunk in one step: the old state decays by exp(G_end) and one
-ct.mma adds all Q tokens,
+One program per (batch, head, head-dim tile, state tile) walks the chunks in order and jumps over each chunk in
+one step: the old state decays by exp(G_end) and one ct.mma adds all Q tokens,
     state = exp(G_end) * state + xᵀ (B * exp(G_end - G) * dt)        (TILE_P, Q) @ (Q, TILE_N).
-Sequential steps: number of chunks, not number of tokens. An iteration of the walk takes STEP chunks (1 or 2,
-the configuration's `chunks_per_step`): one load of their STEP·Q tokens, the chunks stepped over in turn, and one
-store of the STEP states entering them (in chunk_states' dtype; with one chunk before its step, with two after
-both). Two chunks an iteration halve the loads and stores issued: at the seed's shape the walk took 106.5-109.5 us
-against 118.5 tuned alone, and 102 against 134 in the kernels headline (results/tuning_log.md, "two chunks an
+Sequential steps: number of chunks, not number of tokens.
+
+An iteration of the walk takes STEP chunks (1 or 2, the configuration's `chunks_per_step`): one load of their STEP·Q
+tokens, the chunks stepped over in turn, and one store of the STEP states entering them (in chunk_states' dtype;
+with one chunk before its step, with two after both). Two chunks an iteration halve the loads and stores issued: at
+the seed's shape the walk took 106.5-109.5 us against 118.5 tuned alone (results/tuning_log.md, "two chunks an
 iteration"). A walk with an odd number of chunks ends in a chunk past the end: its loads pad with zeros (dt 0, so
-the state passes it unchanged) and its store falls outside chunk_states, where cuTile drops it, except in a walk
-of one chunk: a (1, 2, ...) store is not clipped at c = 1 (cuTile writes the next head's state), so the host
-takes one chunk an iteration there.
+the state passes it unchanged) and its store falls outside chunk_states, where cuTile drops it, except in a walk of
+one chunk: a (1, 2, ...) store is not clipped at c = 1 (cuTile writes the next head's state), so the host takes one
+chunk an iteration there.
+
+Each chunk's product is formed from a zero accumulator, so it waits on no state, and the state then takes one
+multiply-add; both chunks' products of an iteration are formed before either is added. At the seed's shape that
+took 88.6 us tuned against 107.3 with the product accumulating onto the decayed state, and 85 against 103 in the
+kernels headline (results/tuning_log.md, "products from zero"): the gain came in the occupancy-4 build, whose
+deeper load pipeline the old form could not use.
 
 With bf16 inputs chunk_states is stored in bf16, as mamba_ssm's state passing stores the states in the
 inputs' dtype: it halves the largest tensor this stage writes and compute_out and bwd_dbc read. The recurrence
@@ -39,23 +45,6 @@ def store_states(chunk_states, entering, bi, j, hi, pj, nj):
     step, tile_p, tile_n = entering.shape
     tile = entering.astype(chunk_states.dtype).reshape((1, step, 1, tile_p, tile_n))
     ct.store(chunk_states, index=(bi, j, hi, pj, nj), tile=tile)
-
-
-@ct.function
-def step_over_chunk(carried, rows, weights, log_decay, TF32, BASE2):
-    """One step of a state walk, carried (TILE_P, TILE_N) fp32 -> exp(log_decay) * carried + rowsᵀ weights, rows
-    (Q, TILE_P) and weights (Q, TILE_N) fp32, log_decay (1, 1) in base 2 with BASE2: the product's operands in rows'
-    dtype (bf16/fp16) or, with TF32 (fp32 inputs), in TF32; accumulation in fp32. A device function inlined into
-    both walks' kernels; TF32 and BASE2 are their compile-time constants."""
-    if TF32:
-        rows_t = ct.transpose(rows.astype(ct.tfloat32))
-        w = weights.astype(ct.tfloat32)
-    else:
-        rows_t = ct.transpose(rows)
-        w = weights.astype(rows.dtype)
-    if BASE2:
-        return ct.mma(rows_t, w, carried * ct.exp2(log_decay))
-    return ct.mma(rows_t, w, carried * ct.exp(log_decay))
 
 
 @ct.function
