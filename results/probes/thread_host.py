@@ -5,8 +5,10 @@ is timed on three threads: the main thread, a new Python thread (threading.Threa
 
     empty           torch.empty of the backward's largest buffer (dx's shape, bf16)
     current_stream  torch.cuda.current_stream(device)
+    raw_stream      torch._C._cuda_getCurrentRawStream(index): the same stream as a plain int, no Stream object
     device_guard    entering and leaving `with torch.cuda.device(device)`
     launch          one ct.launch of chunk_cumsum_bwd with arguments recorded from a real call (a small grid)
+    launch_raw      the same launch given the raw stream handle (cuTile accepts an int): what launch would save
     stage           one host call of a stage as the backward makes it (chunk_cumsum, launch path included)
     body            the cuTile backward body, kernels.cutile.ssd.ssd_gradients
 
@@ -107,7 +109,9 @@ def parts() -> dict[str, Callable[[], object]]:
         "empty": lambda: torch.empty_like(x),
         "current_stream": lambda: torch.cuda.current_stream(device),
         "device_guard": guard,
+        "raw_stream": lambda: torch._C._cuda_getCurrentRawStream(device.index),
         "launch": lambda: launch(torch.cuda.current_stream(device), grid, kernel, args),
+        "launch_raw": lambda: launch(torch._C._cuda_getCurrentRawStream(device.index), grid, kernel, args),
         "stage": lambda: cs.chunk_cumsum(dt, A, 64, bias, True),
         "body": body,
     }
