@@ -3,8 +3,8 @@ kernel's distance from its memory floor comes with what its warps wait on.
 
     python scripts/ncu_ssd.py --shape seed --variants cutile:cutile,triton --out results/ncu   # needs ncu and a GPU
     python scripts/ncu_ssd.py --summary results/ncu/seed_cutile-cutile.csv                    # re-print a summary
-    python scripts/ncu_ssd.py --source "fwd_pass_state|compute_out" --mode fwd --out OUT   # stalls per instruction
-    python scripts/ncu_ssd.py --source-summary OUT/seed_cutile-cutile_source.csv          # re-print those
+    python scripts/ncu_ssd.py --source "fwd_pass_state|compute_out" --mode fwd --variants cutile --out OUT
+    python scripts/ncu_ssd.py --source-summary OUT/seed_cutile_source.csv   # re-print the stalls per instruction
 
 For each variant (as bench_kernels.py names them) the script runs itself under ncu: the variant warms up, then runs
 one call between cudaProfilerStart and cudaProfilerStop, the only kernels ncu profiles (an NVTX range would miss the

@@ -544,8 +544,28 @@ def test_bf16_tuned_defaults_stay_with_bf16_inputs(dtype, monkeypatch):
     dx_module.bwd_dx(x, dy, B, C, rows, rows, states, torch.zeros(h), log2)
     assert got["bwd_dx"][2][5].data_ptr() == (log2 if bf16 else rows).data_ptr()
     assert dx_default.occupancy == (2 if bf16 else 1)
-    assert out_default.TILE_T == (128 if bf16 else 64)
+    assert out_default.TILE_T == (128 if bf16 else 64) and out_default.blocks == (2 if bf16 else 1)
     assert any(c.occupancy == 2 for c in dx_space) == (dtype != torch.float32)
+
+
+def test_the_forward_walk_takes_one_or_two_chunks_an_iteration(monkeypatch):
+    """fwd_pass_state's kernel forms one or two chunks' products an iteration; a configuration asking for more (a
+    forced one, or a cache written by other code) is refused with its name, not run as a wrong walk."""
+    from kernels.cutile import fwd_pass_state as state_module
+    from kernels.cutile.fwd_pass_state import StateConfig
+
+    specs = {}
+
+    def record(name, key, default, space, spec, device):
+        specs.update({k: spec(StateConfig(64, 32, 4, 2, k)) for k in (1, 2)})
+        spec(StateConfig(64, 32, 4, 2, 3))
+
+    monkeypatch.setattr(state_module, "launch", record)
+    b, l, h, p, n, Q = 1, 256, 2, 64, 32, 64
+    x, B, rows = torch.zeros(b, l, h, p), torch.zeros(b, l, 1, n), torch.zeros(b, h, l // Q, Q)
+    with pytest.raises(ValueError, match="fwd_pass_state walks 1 or 2 chunks an iteration, not 3"):
+        state_module.fwd_pass_state(x, B, rows, rows)
+    assert [specs[k][2][-1] for k in (1, 2)] == [1, 2]  # the kernel's STEP
 
 
 def test_cutile_conv_names_what_it_cannot_take():

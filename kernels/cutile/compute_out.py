@@ -139,7 +139,7 @@ def default_out_config(dtype: torch.dtype) -> OutConfig:
 def search_space(chunk_size: int, headdim: int) -> list[OutConfig]:
     """Configurations worth timing for this chunk size and head dim: each tile pair at occupancy 1 and 2, and at
     occupancy 2 also two token blocks a program; 64-token tiles (128 threads) also at occupancy 4, one or two
-    blocks (with state 64 the fastest: results/tuning_log.md, "occupancy 4")."""
+    blocks (with state 64 the fastest: results/tuning_log.md, "compute_out at occupancy 4")."""
     space = []
     for tt in (64, 128):
         for tp in (32, 64, 128):

@@ -183,6 +183,8 @@ def fwd_pass_state(
     rows = (b, h, nchunks * chunk_size)
 
     def spec(cfg: StateConfig) -> tuple[tuple[int, ...], object, tuple]:
+        if cfg.chunks_per_step not in (1, 2):
+            raise ValueError(f"fwd_pass_state walks 1 or 2 chunks an iteration, not {cfg.chunks_per_step} ({cfg})")
         grid = (b * h, -(-p // cfg.TILE_P), -(-n // cfg.TILE_N))
         args = (x, B, dt_out.view(rows), dA_cumsum.view(rows), init, chunk_states, final_state, h, h // g)
         args += (chunk_size, cfg.TILE_P, cfg.TILE_N, initial_states is not None, x.dtype == torch.float32, cfg.latency)
