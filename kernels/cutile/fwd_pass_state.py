@@ -15,8 +15,9 @@ the state passes it unchanged) and its store falls outside chunk_states, where c
 one chunk: a (1, 2, ...) store is not clipped at c = 1 (cuTile writes the next head's state), so the host takes one
 chunk an iteration there.
 
-Each chunk's product is formed from a zero accumulator, so it waits on no state, and the state then takes one
-multiply-add; both chunks' products of an iteration are formed before either is added. At the seed's shape that
+In a two-chunk walk each chunk's product is formed from a zero accumulator, so it waits on no state, and the state
+then takes one multiply-add; both chunks' products of an iteration are formed before either is added. (A one-chunk
+walk accumulates its product onto the decayed state: formed from zero, the product sits beside the state and spills.) At the seed's shape that
 took 88.6 us tuned against 107.3 with the product accumulating onto the decayed state, and 85 against 103 in the
 kernels headline (results/tuning_log.md, "products from zero"): the gain came in the occupancy-4 build, whose
 deeper load pipeline the old form could not use.
@@ -48,22 +49,26 @@ def store_states(chunk_states, entering, bi, j, hi, pj, nj):
 
 
 @ct.function
-def chunk_product(gs, ds, xs, bs, s, Q, TF32):
+def chunk_product(gs, ds, xs, bs, s, Q, TF32, carried, ONTO):
     """Chunk s of an iteration's tiles, gs and ds (STEP·Q, 1) fp32, xs (STEP·Q, TILE_P), bs (STEP·Q, TILE_N) ->
     (x_sᵀ (B_s * exp(G_end - G) * dt), G_end): the chunk's tokens' whole contribution to the state leaving it,
-    (TILE_P, TILE_N) fp32 from a zero accumulator, and its last cumulative log decay, (1, 1). The product's operands
-    in the inputs' dtype, or in TF32 with TF32 (fp32 inputs). Natural-log units with ct.exp: scaling g by log2(e)
-    for exp2 made the walk slower (results/tuning_log.md, "exp against exp2"). A device function, inlined."""
+    (TILE_P, TILE_N) fp32, accumulated from zero, or with ONTO onto exp(G_end) * carried (the state leaving the
+    chunk); and its last cumulative log decay, (1, 1). The product's operands in the inputs' dtype, or in TF32 with
+    TF32 (fp32 inputs). Natural-log units with ct.exp: scaling g by log2(e) for exp2 made the walk slower
+    (results/tuning_log.md, "exp against exp2"). A device function, inlined."""
     g = ct.extract(gs, index=(s, 0), shape=(Q, 1))
     d = ct.extract(ds, index=(s, 0), shape=(Q, 1))
     xk = ct.extract(xs, index=(s, 0), shape=(Q, xs.shape[1]))
     bk = ct.extract(bs, index=(s, 0), shape=(Q, bs.shape[1]))
     g_end = ct.extract(g, index=(Q - 1, 0), shape=(1, 1))
     weights = bk.astype(ct.float32) * (ct.exp(g_end - g) * d)  # B scaled by each token's decay to the chunk end
-    zero = ct.zeros((xs.shape[1], bs.shape[1]), dtype=ct.float32)
+    if ONTO:
+        acc = carried * ct.exp(g_end)
+    else:
+        acc = ct.zeros((xs.shape[1], bs.shape[1]), dtype=ct.float32)
     if TF32:
-        return ct.mma(ct.transpose(xk.astype(ct.tfloat32)), weights.astype(ct.tfloat32), zero), g_end
-    return ct.mma(ct.transpose(xk), weights.astype(xk.dtype), zero), g_end
+        return ct.mma(ct.transpose(xk.astype(ct.tfloat32)), weights.astype(ct.tfloat32), acc), g_end
+    return ct.mma(ct.transpose(xk), weights.astype(xk.dtype), acc), g_end
 
 
 @ct.kernel
@@ -108,16 +113,17 @@ def fwd_pass_state_kernel(
         xs, bs = xs.reshape((tokens, TILE_P)), bs.reshape((tokens, TILE_N))
         entering = state.reshape((1, TILE_P, TILE_N))  # the states entering this iteration's chunks, in order
         if STEP == 1:
-            # stored before the step: held across it, the state spills at 64 registers a thread (a 32 x 128 tile
-            # at occupancy 4: results/tuning_log.md, "two chunks an iteration")
+            # stored before the step, and the product accumulating onto the decayed state: held across the step, or
+            # beside a product formed from zero, the state spills at 64 registers a thread (a 32 x 128 tile at
+            # occupancy 4: 72 and 40 bytes; results/tuning_log.md, "two chunks an iteration", "products from zero")
             store_states(chunk_states, entering, bi, j, hi, pj, nj)
-        # both chunks' products first, each from zero: they wait on no state, and the carried state then takes one
-        # multiply-add a chunk (results/tuning_log.md, "products from zero")
-        product0, g_end0 = chunk_product(gs, ds, xs, bs, 0, Q, TF32)
-        if STEP == 2:
-            product1, g_end1 = chunk_product(gs, ds, xs, bs, 1, Q, TF32)
-        state = state * ct.exp(g_end0) + product0
-        if STEP == 2:
+            state, _ = chunk_product(gs, ds, xs, bs, 0, Q, TF32, state, True)
+        else:
+            # both chunks' products first, each from zero: they wait on no state, and the carried state then takes
+            # one multiply-add a chunk (results/tuning_log.md, "products from zero")
+            product0, g_end0 = chunk_product(gs, ds, xs, bs, 0, Q, TF32, state, False)
+            product1, g_end1 = chunk_product(gs, ds, xs, bs, 1, Q, TF32, state, False)
+            state = state * ct.exp(g_end0) + product0
             entering = ct.cat((entering, state.reshape((1, TILE_P, TILE_N))), 0)
             state = state * ct.exp(g_end1) + product1
             store_states(chunk_states, entering, bi, j, hi, pj, nj)
