@@ -123,8 +123,8 @@ def source_summary(text: str, top: int = 25) -> str:
             lines.append(f"  {100 * n / total:5.1f}%  {src}")
         by_op: dict[str, float] = {}
         for n, src in counted:
-            op = src.split()[0] if src.split() else "?"
-            op = src.split()[1] if op.startswith("@") and len(src.split()) > 1 else op
+            words = src.split() or ["?"]
+            op = words[1] if words[0].startswith("@") and len(words) > 1 else words[0]  # past the predicate
             by_op[op] = by_op.get(op, 0.0) + n
         ranked = sorted(by_op.items(), key=lambda kv: kv[1], reverse=True)[:12]
         lines.append("  by opcode: " + ", ".join(f"{op} {100 * n / total:.1f}%" for op, n in ranked))
@@ -162,6 +162,11 @@ def measured_call(shape_name: str, variant: str, autotune: bool, mode: str = "fw
     torch.cuda.cudart().cudaProfilerStop()
 
 
+def source_path(csv_path: Path) -> Path:
+    """Where `profile` writes the source page beside a variant's exported CSV."""
+    return csv_path.with_name(f"{csv_path.stem}_source.csv")
+
+
 def profile(shape: str, variant: str, out: Path, autotune: bool, mode: str, source: str | None) -> Path:
     """Run one variant under ncu; returns the exported CSV (the columns the table reads; the report itself, every
     section, stays beside it as OUT/SHAPE_VARIANT.ncu-rep). With `source`, a regex of kernel names: only those
@@ -189,7 +194,7 @@ def profile(shape: str, variant: str, out: Path, autotune: bool, mode: str, sour
     if source:
         page = ["ncu", "--import", f"{stem}.ncu-rep", "--page", "source", "--csv", "--print-source", "sass"]
         done = subprocess.run(page, capture_output=True, text=True)
-        (out / f"{stem.name}_source.csv").write_text(done.stdout if done.returncode == 0 else done.stderr)
+        source_path(csv_path).write_text(done.stdout if done.returncode == 0 else done.stderr)
     return csv_path
 
 
@@ -228,8 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         csv_path = profile(args.shape, variant, out, args.autotune, args.mode, args.source)
         print(f"\n{args.shape}, {variant} ({csv_path}):\n{summarize(csv_path)}")
         if args.source:
-            source = out / f"{csv_path.stem}_source.csv"
-            print(f"\n{source}:\n{source_summary(source.read_text())}")
+            print(f"\n{source_path(csv_path)}:\n{source_summary(source_path(csv_path).read_text())}")
     return 0
 
 

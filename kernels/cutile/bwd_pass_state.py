@@ -20,20 +20,8 @@ import cuda.tile as ct
 import torch
 
 from kernels.cutile.chunk_cumsum import LOG2E
-from kernels.cutile.fwd_pass_state import StateConfig, search_space, states_dtype
+from kernels.cutile.fwd_pass_state import StateConfig, search_space, states_dtype, walk_product
 from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, shape_key, with_hints
-
-
-@ct.function
-def step_back_over_chunk(grad, rows, weights, log2_decay, TF32):
-    """One step of the backward walk, grad (TILE_P, TILE_N) fp32 -> exp2(log2_decay) * grad + rowsᵀ weights, rows
-    (Q, TILE_P) and weights (Q, TILE_N) fp32, log2_decay (1, 1): the product's operands in rows' dtype (bf16/fp16)
-    or, with TF32 (fp32 inputs), in TF32, accumulating onto the decayed gradient in fp32. (The forward walk forms its
-    product from zero instead, kernels/cutile/fwd_pass_state.py; results/variants/bwd_pass_state_products_from_zero.patch
-    is that form here, not measured yet.) A device function, inlined."""
-    if TF32:
-        return ct.mma(ct.transpose(rows.astype(ct.tfloat32)), weights.astype(ct.tfloat32), grad * ct.exp2(log2_decay))
-    return ct.mma(ct.transpose(rows), weights.astype(rows.dtype), grad * ct.exp2(log2_decay))
 
 
 @ct.kernel
@@ -78,8 +66,10 @@ def bwd_pass_state_kernel(
             (Q, TILE_N)
         )
         g_end = ct.extract(g, index=(Q - 1, 0), shape=(1, 1))
-        # C scaled by each token's decay from the chunk start
-        grad = step_back_over_chunk(grad, dyk, ck.astype(ct.float32) * ct.exp2(g), g_end, TF32)
+        # C scaled by each token's decay from the chunk start; the product accumulates onto the decayed gradient
+        # (results/variants/bwd_pass_state_products_from_zero.patch forms it from zero, as the forward's two-chunk
+        # walk does: not measured yet)
+        grad = walk_product(dyk, ck.astype(ct.float32) * ct.exp2(g), grad * ct.exp2(g_end), TF32)
     ct.store(dinitial_states, index=(bi, hi, pj, nj), tile=grad.reshape((1, 1, TILE_P, TILE_N)))
 
 

@@ -16,11 +16,11 @@ one chunk: a (1, 2, ...) store is not clipped at c = 1 (cuTile writes the next h
 chunk an iteration there.
 
 In a two-chunk walk each chunk's product is formed from a zero accumulator, so it waits on no state, and the state
-then takes one multiply-add; both chunks' products of an iteration are formed before either is added. (A one-chunk
-walk accumulates its product onto the decayed state: formed from zero, the product sits beside the state and spills.) At the seed's shape that
-took 88.6 us tuned against 107.3 with the product accumulating onto the decayed state, and 85 against 103 in the
-kernels headline (results/tuning_log.md, "products from zero"): the gain came in the occupancy-4 build, whose
-deeper load pipeline the old form could not use.
+then takes one multiply-add; both chunks' products of an iteration are formed before either is added. At the seed's
+shape this took 88.6 us tuned against 107.3 with the product accumulating onto the decayed state, and 85 against 103
+in the kernels headline (results/tuning_log.md, "products from zero"): the gain came in the occupancy-4 build, whose
+deeper load pipeline the old form could not use. A one-chunk walk still accumulates onto the decayed state: formed
+from zero, its product sits beside the state and spills.
 
 With bf16 inputs chunk_states is stored in bf16, as mamba_ssm's state passing stores the states in the
 inputs' dtype: it halves the largest tensor this stage writes and compute_out and bwd_dbc read. The recurrence
@@ -49,13 +49,22 @@ def store_states(chunk_states, entering, bi, j, hi, pj, nj):
 
 
 @ct.function
+def walk_product(rows, weights, acc, TF32):
+    """acc + rowsᵀ weights, rows (Q, TILE_P) in the inputs' dtype, weights (Q, TILE_N) fp32, acc (TILE_P, TILE_N)
+    fp32: the product's operands in rows' dtype (bf16/fp16) or, with TF32 (fp32 inputs), in TF32; accumulation in
+    fp32. A device function inlined into both walks' kernels."""
+    if TF32:
+        return ct.mma(ct.transpose(rows.astype(ct.tfloat32)), weights.astype(ct.tfloat32), acc)
+    return ct.mma(ct.transpose(rows), weights.astype(rows.dtype), acc)
+
+
+@ct.function
 def chunk_product(gs, ds, xs, bs, s, Q, TF32, carried, ONTO):
     """Chunk s of an iteration's tiles, gs and ds (STEP·Q, 1) fp32, xs (STEP·Q, TILE_P), bs (STEP·Q, TILE_N) ->
     (x_sᵀ (B_s * exp(G_end - G) * dt), G_end): the chunk's tokens' whole contribution to the state leaving it,
     (TILE_P, TILE_N) fp32, accumulated from zero, or with ONTO onto exp(G_end) * carried (the state leaving the
-    chunk); and its last cumulative log decay, (1, 1). The product's operands in the inputs' dtype, or in TF32 with
-    TF32 (fp32 inputs). Natural-log units with ct.exp: scaling g by log2(e) for exp2 made the walk slower
-    (results/tuning_log.md, "exp against exp2"). A device function, inlined."""
+    chunk); and its last cumulative log decay, (1, 1). Natural-log units with ct.exp: scaling g by log2(e) for exp2
+    made the walk slower (results/tuning_log.md, "exp against exp2"). A device function, inlined."""
     g = ct.extract(gs, index=(s, 0), shape=(Q, 1))
     d = ct.extract(ds, index=(s, 0), shape=(Q, 1))
     xk = ct.extract(xs, index=(s, 0), shape=(Q, xs.shape[1]))
@@ -66,9 +75,7 @@ def chunk_product(gs, ds, xs, bs, s, Q, TF32, carried, ONTO):
         acc = carried * ct.exp(g_end)
     else:
         acc = ct.zeros((xs.shape[1], bs.shape[1]), dtype=ct.float32)
-    if TF32:
-        return ct.mma(ct.transpose(xk.astype(ct.tfloat32)), weights.astype(ct.tfloat32), acc), g_end
-    return ct.mma(ct.transpose(xk), weights.astype(xk.dtype), acc), g_end
+    return walk_product(xk, weights, acc, TF32), g_end
 
 
 @ct.kernel
