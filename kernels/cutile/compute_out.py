@@ -14,6 +14,10 @@ accumulates in fp32, and y is stored in the input dtype. With bf16 inputs the ch
 (fwd_pass_state stores it so) and enters its product as loaded; with other inputs it arrives in float32.
 With TILE_T = Q a program holds the whole chunk (the seed's layout); smaller TILE_T bounds the
 registers for Q = 256 and skips the blocks above the diagonal.
+With bf16 inputs D x_t joins the last product: D sits on the diagonal of the diagonal block's scores (whose x_s is
+x_t), rounded to bf16 with them, so x_t is loaded once (at state 64, 79.4 us against 96.9; float64 error 2.4e-3
+against 1.7e-3: results/tuning_log.md, "x_t loaded once"). Other inputs add D x_t in float32 (in TF32 their error
+would grow tenfold).
 """
 
 from __future__ import annotations
@@ -73,7 +77,6 @@ def compute_out_kernel(
 
         g_t = ct.load(dA_cumsum, index=(bi, hi, tb), shape=(1, 1, TILE_T), latency=2).reshape((TILE_T, 1)) * LOG2E
         c_t = token_rows(C, bi, tb, gi, 0, TILE_T, TILE_N, LATENCY)
-        x_t = token_rows(x, bi, tb, hi, pj, TILE_T, TILE_P, LATENCY)
         c_tf = c_t.astype(ct.tfloat32)
 
         # Carried state: exp(G_t) * C_t · Sᵀ, S the state entering chunk k.
@@ -90,6 +93,10 @@ def compute_out_kernel(
             c_mm = c_tf
         else:
             c_mm = c_t
+        if HAS_D:
+            d_skip = ct.load(D, index=(hi,), shape=(1,)).reshape((1, 1))
+        else:
+            d_skip = ct.zeros((1, 1), dtype=ct.float32)
         t_idx = tb * TILE_T + ct.arange(TILE_T, dtype=ct.int32).reshape((TILE_T, 1))
         for sb in range(first, tb + 1):
             b_s = token_rows(B, bi, sb, gi, 0, TILE_T, TILE_N, LATENCY)
@@ -105,13 +112,14 @@ def compute_out_kernel(
             log_decay = ct.where(t_idx >= s_idx, g_t - g_s, -float("inf"))
             scores = cb * ct.exp2(log_decay) * d_s
             if BF16_MMA:
+                # D x_t as D on the diagonal of the diagonal block's scores, whose x_s is x_t: one load of x_t
+                scores = scores + ct.where(t_idx == s_idx, d_skip, 0.0)
                 acc = ct.mma(scores.astype(ct.bfloat16), x_s, acc)
             else:
                 acc = ct.mma(scores.astype(ct.tfloat32), x_s.astype(ct.tfloat32), acc)
 
-        if HAS_D:
-            d_skip = ct.load(D, index=(hi,), shape=(1,)).reshape((1, 1))
-            acc = acc + d_skip * x_t.astype(ct.float32)
+        if HAS_D and not BF16_MMA:
+            acc = acc + d_skip * token_rows(x, bi, tb, hi, pj, TILE_T, TILE_P, LATENCY).astype(ct.float32)
         ct.store(y, index=(bi, tb, hi, pj), tile=acc.astype(y.dtype).reshape((1, TILE_T, 1, TILE_P)))
 
 
