@@ -41,6 +41,22 @@ def wall_ms(fn: Callable[[], Any], calls: int) -> float:
     return start.elapsed_time(end) / calls
 
 
+def graph_replay(call: Callable[[], Any]) -> Callable[[], None]:
+    """`call` captured in a CUDA graph, after two warm-up calls on a side stream (as torch.cuda.graphs asks); returns
+    the graph's replay. A replay launches every kernel at once from the host, so its time is the GPU's alone: what a
+    training step replayed as a CUDA graph sees of `call`."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    return graph.replay
+
+
 def busy_us(spans: list[tuple[float, float]]) -> float:
     """The length of the union of (start, end) intervals: time during which at least one of them runs."""
     total, reached = 0.0, float("-inf")

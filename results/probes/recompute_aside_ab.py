@@ -24,23 +24,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 import bench_kernels  # noqa: E402
 
 from kernels.cutile import ssd, tuning  # noqa: E402
-from lightning_modules.measure.timing import gpu_kernel_ms, summarize, wall_ms  # noqa: E402
+from lightning_modules.measure.timing import gpu_kernel_ms, graph_replay, summarize, wall_ms  # noqa: E402
 
 ARMS = {"one stream": False, "aside": True}
-
-
-def graphed(call):
-    """`call` captured in a CUDA graph (after warm-up on a side stream, as torch.cuda.graphs asks): its replay."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
-    return graph.replay
 
 
 def main() -> None:
@@ -64,7 +50,7 @@ def main() -> None:
         replays = {}
         for arm, aside in ARMS.items():
             ssd.RECOMPUTE_ASIDE = aside
-            replays[arm] = graphed(call)
+            replays[arm] = graph_replay(call)
         walls: dict[str, list[float]] = {arm: [] for arm in ARMS}
         graph_walls: dict[str, list[float]] = {arm: [] for arm in ARMS}
         for _ in range(args.repeats):
