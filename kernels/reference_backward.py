@@ -212,8 +212,7 @@ class Passes(NamedTuple):
     bwd_dx as its last argument (the cuTile passes: dA_cumsum·log2(e), written by the same launch)."""
 
     chunk_cumsum: Callable
-    fwd_pass_state: Callable
-    bwd_pass_state: Callable
+    state_walks: Callable
     bwd_dx: Callable
     bwd_dbc: Callable
     chunk_cumsum_bwd: Callable
@@ -244,8 +243,7 @@ def ssd_backward(
     """
     p = passes or REFERENCE
     dt_out, dA_cumsum, *for_dx = p.chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
-    chunk_states, _ = p.fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
-    dstates, dinit = p.bwd_pass_state(dy, C, dA_cumsum, dfinal_state)
+    chunk_states, _, dstates, dinit = p.state_walks(x, B, dt_out, dA_cumsum, initial_states, dy, C, dfinal_state)
     dx, ddt_dir, da_intra, dD_parts = p.bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D, *for_dx)
     dB, dC, da_inter = p.bwd_dbc(x, dy, B, C, dt_out, dA_cumsum, chunk_states, dstates)
     ddt, dheads = p.chunk_cumsum_bwd(ddt_dir, da_intra, da_inter, dt_out, dt, A, dt_softplus, dt_bias, dD_parts)
@@ -261,4 +259,19 @@ def by_input(grads: Sequence[Tensor | None], D: Tensor | None = None, dt_bias: T
     return dx, ddt, dA, dB, dC, None if D is None else dD, None if dt_bias is None else dbias, dinit
 
 
-REFERENCE = Passes(chunk_cumsum, fwd_pass_state, bwd_pass_state, bwd_dx, bwd_dbc, chunk_cumsum_bwd)
+def state_walks(
+    x: Tensor,
+    B: Tensor,
+    dt_out: Tensor,
+    dA_cumsum: Tensor,
+    initial_states: Tensor | None,
+    dy: Tensor,
+    C: Tensor,
+    dfinal_state: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The backward's two walks over the chunks, which need nothing of each other: the chunk states and final state
+    (fwd_pass_state, recomputed) and the states' gradients and the initial state's (bwd_pass_state)."""
+    return (*fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states), *bwd_pass_state(dy, C, dA_cumsum, dfinal_state))
+
+
+REFERENCE = Passes(chunk_cumsum, state_walks, bwd_dx, bwd_dbc, chunk_cumsum_bwd)

@@ -146,21 +146,24 @@ def test_every_gradient_written():
         assert torch.isfinite(g).all()
 
 
-def test_recompute_on_a_second_stream_changes_no_bit(monkeypatch):
-    """The state recompute on the device's second stream (kernels.cutile.ssd.RECOMPUTE_ASIDE) runs the same kernels
-    as on one stream: every gradient equal bit for bit, also when the call is captured in a CUDA graph and replayed
-    on fresh inputs (the fork and join are captured with it)."""
-    from kernels.cutile import ssd as cutile_ssd
+def test_the_ways_to_run_the_walks_agree(monkeypatch):
+    """The state recompute on the device's second stream (kernels.cutile.state_walks.WALKS "aside") runs the same
+    kernels as on one stream: every gradient equal bit for bit, also when the call is captured in a CUDA graph and
+    replayed on fresh inputs (the fork and join are captured with it). Both walks in one launch ("one launch", a
+    build of its own) agree with them within the bf16 tolerance."""
+    from kernels.cutile import state_walks
 
     inputs = random_inputs(2, 1000, 8, 64, 1, 128, torch.bfloat16, seed=13, device="cuda", init=True)
     dy = torch.randn(inputs["x"].shape, generator=torch.Generator().manual_seed(4)).to("cuda", torch.bfloat16)
     dfinal = torch.randn(2, 8, 64, 128, generator=torch.Generator().manual_seed(5)).cuda()
     got = {}
-    for aside in (False, True):
-        monkeypatch.setattr(cutile_ssd, "RECOMPUTE_ASIDE", aside)
-        got[aside] = gradients(inputs, 128, "cutile", dy, dfinal, backward="cutile")
-    for name, g in got[False].items():
-        assert torch.equal(g, got[True][name]), name
+    for walks in state_walks.WALK_MODES:
+        monkeypatch.setattr(state_walks, "WALKS", walks)
+        got[walks] = gradients(inputs, 128, "cutile", dy, dfinal, backward="cutile")
+    for name, g in got["one stream"].items():
+        assert torch.equal(g, got["aside"][name]), name
+        assert rel_err(got["one launch"][name], g) < TOL[torch.bfloat16], f"{name}, one launch"
+    monkeypatch.setattr(state_walks, "WALKS", "aside")
 
     leaves = {k: None if v is None else v.detach().clone().requires_grad_(True) for k, v in inputs.items()}
 

@@ -20,7 +20,8 @@ from kernels.cutile import ssd as cutile_ssd
 def test_every_kernel_compiles_to_a_cubin(arch):
     sizes = aot.export_all(arch)
     names = {label.split("[")[0] for label in sizes}
-    ssd = {"chunk_cumsum", "fwd_pass_state", "compute_out", "bwd_pass_state", "bwd_dx", "bwd_dbc", "chunk_cumsum_bwd"}
+    ssd = {"chunk_cumsum", "fwd_pass_state", "compute_out", "bwd_pass_state", "state_walks", "bwd_dx", "bwd_dbc"}
+    ssd.add("chunk_cumsum_bwd")
     assert names == ssd | {"conv_fwd", "conv_bwd_gv", "conv_bwd_dx", "norm_fwd", "norm_bwd"}
     every = list(aot.every_signature())
     assert len(sizes) == len(every) == len({label for label, _, _ in every})
@@ -36,6 +37,7 @@ def test_ci_builds_each_kernel_with_its_default_hints():
         "fwd_pass_state": fwd_pass_state.StateConfig().occupancy,
         "compute_out": compute_out.default_out_config(bf16).occupancy,
         "bwd_pass_state": fwd_pass_state.StateConfig().occupancy,
+        "state_walks": fwd_pass_state.StateConfig().occupancy,
         "bwd_dx": bwd_dx.default_dx_config(bf16).occupancy,
         "chunk_cumsum_bwd": chunk_cumsum_bwd.CumsumBwdConfig().occupancy,
         "conv_fwd": causal_conv.DEFAULT_FWD.occupancy,
@@ -598,17 +600,31 @@ def test_cutile_norm_names_what_it_cannot_take():
         rms_norm(x, w, 1e-5, torch.zeros(2, 8), 64, torch.float32)
 
 
-@pytest.mark.parametrize("aside", [True, False])
-def test_recompute_runs_on_a_second_stream_joined_before_bwd_dbc(monkeypatch, aside):
-    """The cuTile backward's launches and stream waits, recorded with the launches mocked on CPU tensors: the state
-    recompute goes to the device's second stream after it waits for the current one, and bwd_dbc, which reads the
-    recomputed states, to the current stream after it waits for the second; with RECOMPUTE_ASIDE off, every launch
-    goes to the current stream and nothing waits."""
+WALK_LAUNCHES = {
+    "aside": [
+        "second waits for current",
+        "fwd_pass_state on second",
+        "bwd_pass_state on current",
+        "bwd_dx on current",
+        "current waits for second",
+    ],
+    "one stream": ["fwd_pass_state on current", "bwd_pass_state on current", "bwd_dx on current"],
+    "one launch": ["state_walks on current", "bwd_dx on current"],
+}
+
+
+@pytest.mark.parametrize("walks", list(WALK_LAUNCHES))
+def test_the_backward_walks_run_as_walks_says(monkeypatch, walks):
+    """The cuTile backward's launches and stream waits, recorded with the launches mocked on CPU tensors. "aside":
+    the state recompute goes to the device's second stream after it waits for the current one, and bwd_dbc, which
+    reads the recomputed states, to the current stream after it waits for the second. "one stream": every launch on
+    the current stream, nothing waits. "one launch": both walks in one kernel, a grid of twice the (batch, head)
+    pairs. An unknown mode is refused by name."""
     import contextlib
 
     import cuda.tile as ct
 
-    from kernels.cutile import tuning
+    from kernels.cutile import state_walks, tuning
     from kernels.reference_backward import ssd_backward
 
     class Stream:
@@ -619,6 +635,7 @@ def test_recompute_runs_on_a_second_stream_joined_before_bwd_dbc(monkeypatch, as
             events.append(f"{self.name} waits for {other.name}")
 
     events: list[str] = []
+    grids: dict[str, tuple] = {}
     current = [Stream("current")]
 
     @contextlib.contextmanager
@@ -627,29 +644,32 @@ def test_recompute_runs_on_a_second_stream_joined_before_bwd_dbc(monkeypatch, as
         yield
         current.pop()
 
-    monkeypatch.setattr(
-        ct, "launch", lambda stream, grid, kernel, args: events.append(f"{kernel._pyfunc.__name__} on {stream.name}")
-    )
+    def launch(stream, grid, kernel, args, **options):
+        name = kernel._pyfunc.__name__.removesuffix("_kernel")
+        grids[name] = grid
+        events.append(f"{name} on {stream.name}")
+
+    monkeypatch.setattr(ct, "launch", launch)
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current[-1])
     monkeypatch.setattr(torch.cuda, "Stream", lambda device: Stream("second"))
     monkeypatch.setattr(torch.cuda, "stream", on)
     monkeypatch.setattr(tuning, "_gpu_key", lambda device: "cpu")
     monkeypatch.setitem(tuning._state, "chosen", {})  # the launches' choices stay in this test
-    monkeypatch.setattr(cutile_ssd, "_second_streams", {})
-    monkeypatch.setattr(cutile_ssd, "RECOMPUTE_ASIDE", aside)
+    monkeypatch.setattr(state_walks, "_second_streams", {})
+    monkeypatch.setattr(state_walks, "WALKS", walks)
     b, l, h, p, n = 1, 128, 2, 16, 16
     x, dy, B, C = torch.randn(b, l, h, p), torch.randn(b, l, h, p), torch.randn(b, l, 1, n), torch.randn(b, l, 1, n)
     dt, A = torch.rand(b, l, h), -torch.rand(h)
     ssd_backward(dy, None, x, dt, A, B, C, 64, passes=cutile_ssd.CUTILE)
-    second = "second" if aside else "current"
-    assert [e.replace("_kernel on", " on") for e in events] == [
+    assert events == [
         "chunk_cumsum on current",
-        *(["second waits for current"] if aside else []),
-        f"fwd_pass_state on {second}",
-        "bwd_pass_state on current",
-        "bwd_dx on current",
-        *(["current waits for second"] if aside else []),
+        *WALK_LAUNCHES[walks],
         "bwd_dbc on current",
         "chunk_cumsum_bwd on current",
     ]
+    if walks == "one launch":
+        assert grids["state_walks"][0] == 2 * b * h
+    monkeypatch.setattr(state_walks, "WALKS", "interleaved")
+    with pytest.raises(ValueError, match=r"WALKS must be one of .* got 'interleaved'"):
+        ssd_backward(dy, None, x, dt, A, B, C, 64, passes=cutile_ssd.CUTILE)

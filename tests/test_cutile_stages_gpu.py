@@ -23,6 +23,7 @@ from kernels.cutile.compute_out import compute_out
 from kernels.cutile.compute_out import search_space as out_space
 from kernels.cutile.fwd_pass_state import fwd_pass_state, states_dtype
 from kernels.cutile.fwd_pass_state import search_space as state_space  # chunk_cumsum_bwd's holds the name
+from kernels.cutile.state_walks import one_launch
 from kernels.testing import rel_err, stage_inputs
 from tests.gpu_common import CUTILE, SEEDS, TOL
 
@@ -198,6 +199,30 @@ def test_forward_walk_taking_two_chunks_an_iteration(config, nchunks, dtype):
     assert launched == [config]
     assert s.shape == t["chunk_states"].shape
     assert rel_err(s, t["chunk_states"]) < TOL[dtype] and rel_err(fin, t["final_state"]) < TOL[dtype]
+
+
+ONE_LAUNCH = [(torch.bfloat16, cfg, 5) for cfg in state_space(64, 128, 64)]
+ONE_LAUNCH += [(dtype, cfg, k) for dtype in DTYPES for cfg in WALKS[:1] for k in (1, 4, 5)]
+
+
+@pytest.mark.parametrize("dtype,config,nchunks", ONE_LAUNCH, ids=IDS)
+def test_both_walks_in_one_launch(dtype, config, nchunks):
+    """kernels.cutile.state_walks' one launch, each configuration tuning can pick forced (bf16, 5 chunks), and a
+    two-chunk one in three dtypes at 1, 4 and 5 chunks (the last short): its chunk states and final state against
+    fwd_pass_state's float64 stage, its dstates and initial state's gradient against bwd_pass_state's, with initial
+    states and a final state's gradient given."""
+    chunk = 64
+    t = stage_inputs(dtype, chunk, 64, 128, l=nchunks * chunk - 21, seed=SEEDS[dtype] + 7 * nchunks)
+    t64 = {k: None if v is None else v.to(F64) for k, v in t.items()}
+    with tuning.forced("state_walks", config) as launched:
+        got = one_launch(
+            t["x"], t["B"], *f32(t["dt_out"], t["dA_cumsum"], t64["initial_states"]), t["dy"], t["C"], t["dfinal"]
+        )
+    assert launched == [config]
+    want = (t["chunk_states"], t["final_state"], t["dstates"], t["dinit"])
+    for name, a, b in zip(("chunk_states", "final_state", "dstates", "dinitial_states"), got, want, strict=True):
+        assert a.shape == b.shape and rel_err(a, b) < TOL[dtype], name
+    assert got[0].dtype == got[2].dtype == expected_states_dtype(dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS)

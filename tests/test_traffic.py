@@ -28,6 +28,8 @@ def test_each_stage_moves_its_tensors_once_on_a_tiny_shape():
         "fwd_pass_state": Traffic(X + BC + 2 * ROW, STATES + STATE),  # x, B, dt_out, dA_cumsum -> states, final
         "compute_out": Traffic(X + 2 * BC + 2 * ROW + STATES + VEC, X),  # x, B, C, rows, chunk_states, D -> y
         "bwd_pass_state": Traffic(X + BC + ROW, STATES + STATE),  # dy, C, dA_cumsum -> dstates, dinitial_states
+        # both walks: x, B, dt_out, dA_cumsum, dy, C -> chunk_states, final_state, dstates, dinitial_states
+        "state_walks": Traffic(2 * X + 2 * BC + 2 * ROW, 2 * (STATES + STATE)),
         "bwd_dx": Traffic(2 * X + 2 * BC + 2 * ROW + STATES + VEC, X + 2 * ROW + 1 * 2 * 2 * 4),  # ... + dD_part
         "bwd_dbc": Traffic(2 * X + 2 * BC + 2 * ROW + 2 * STATES, 2 * BC + ROW),  # -> dB, dC, one da_inter block
         # ddt_dir, da_intra, da_inter, dt_out, A, dt_bias, dt, dD_part -> ddt, partial sums (3, h, b·c)
@@ -52,6 +54,8 @@ def test_constants_set_the_chunk_size_the_optional_inputs_and_the_dbc_blocks():
     assert stage_traffic("fwd_pass_state", TINY, {"Q": 2}) == Traffic(X + BC + 2 * 48, 768 + STATE)
     assert stage_traffic("fwd_pass_state", TINY, {"HAS_INIT": True}).read == X + BC + 2 * ROW + STATE
     assert stage_traffic("bwd_pass_state", TINY, {"HAS_DFINAL": True}).read == X + BC + ROW + STATE
+    given = {"HAS_INIT": True, "HAS_DFINAL": True}
+    assert stage_traffic("state_walks", TINY, given).read == 2 * X + 2 * BC + 2 * ROW + 2 * STATE
     assert stage_traffic("compute_out", TINY, {"HAS_D": False}).read == X + 2 * BC + 2 * ROW + STATES
     assert stage_traffic("chunk_cumsum", TINY, {"HAS_BIAS": False}).read == DT + VEC
     assert stage_traffic("chunk_cumsum", TINY, {"LOG2": True}).write == 3 * ROW  # the backward's: dA_cumsum·log2(e)

@@ -49,6 +49,7 @@ from kernels.cutile.rms_norm import FWD_OCCUPANCY as NORM_FWD_OCCUPANCY
 from kernels.cutile.rms_norm import FWD_TILES as NORM_FWD_TILES
 from kernels.cutile.rms_norm import norm_bwd_kernel, norm_fwd_kernel
 from kernels.cutile.ssd import BACKWARD_CHUNK
+from kernels.cutile.state_walks import state_walks_kernel
 
 DTYPES = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}
 
@@ -184,6 +185,23 @@ def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
                 + [_array(f32, 3), _array(f32, 3), _array(_states(name), 5), _array(f32, 1), _array(dtype, 4)]
                 + [_array(f32, 3)] * 2
                 + [_array(f32, 2), 8, 4, chunk, tile_p, tile_n, flag, tf32, name == "bfloat16", name == "bfloat16"]
+            ),
+        )
+
+    # Both walks in one launch (kernels.cutile.state_walks): the seed's tile (64 x 32, two chunks an iteration) and
+    # the default tile in float32, at the default's occupancy
+    for name, tile_p, tile_n, step in (("bfloat16", 64, 32, 2), ("float32", 32, 64, 1)):
+        dtype, states = DTYPES[name], _array(_states(name), 5)
+        yield (
+            *_hinted(
+                f"state_walks[{name},Q={chunk},P={tile_p},N={tile_n},step={step}]",
+                state_walks_kernel,
+                StateConfig().occupancy,
+            ),
+            _signature(
+                [_array(dtype, 4), _array(dtype, 4), _array(f32, 3), _array(f32, 3), _array(f32, 4), states]
+                + [_array(f32, 4), _array(dtype, 4), _array(dtype, 4), _array(f32, 3), _array(f32, 4), states]
+                + [_array(f32, 4), 8, 8, chunk, tile_p, tile_n, False, True, name == "float32", 4, step]
             ),
         )
 

@@ -24,29 +24,17 @@ from kernels.cutile.fwd_pass_state import StateConfig, search_space, states_dtyp
 from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, shape_key, with_hints
 
 
-@ct.kernel
-def bwd_pass_state_kernel(
-    dy,  # (b, l, h, p)
-    C,  # (b, l, g, n)
-    dA_cumsum,  # (b, h, c * Q) float32
-    dfinal_state,  # (b, h, p, n) float32 (ignored unless HAS_DFINAL)
-    dstates,  # (b, c, h, p, n) bfloat16 (bf16 inputs) or float32, written
-    dinitial_states,  # (b, h, p, n) float32, written
-    NHEADS: ConstInt,
-    HEADS_PER_GROUP: ConstInt,
-    Q: ConstInt,
-    TILE_P: ConstInt,
-    TILE_N: ConstInt,
-    HAS_DFINAL: ConstBool,
-    TF32: ConstBool,
-    LATENCY: ConstInt,
-):
-    bh = ct.bid(0)
+@ct.function
+def backward_walk(
+    dy, C, dA_cumsum, dfinal_state, dstates, dinitial_states, bh, pj, nj, NHEADS, HEADS_PER_GROUP, Q, TILE_P, TILE_N,
+    HAS_DFINAL, TF32, LATENCY,
+):  # fmt: skip
+    """The walk of program (bh: batch·head, pj: head-dim tile, nj: state tile) back over every chunk, the kernel's
+    arguments as bwd_pass_state_kernel takes them. A device function: bwd_pass_state_kernel's body, and the
+    backward half of kernels.cutile.state_walks' launch."""
     bi = bh // NHEADS
     hi = bh % NHEADS
     gi = hi // HEADS_PER_GROUP
-    pj = ct.bid(1)
-    nj = ct.bid(2)
     if HAS_DFINAL:
         grad = ct.load(dfinal_state, index=(bi, hi, pj, nj), shape=(1, 1, TILE_P, TILE_N), padding_mode=ZERO).reshape(
             (TILE_P, TILE_N)
@@ -67,10 +55,33 @@ def bwd_pass_state_kernel(
         )
         g_end = ct.extract(g, index=(Q - 1, 0), shape=(1, 1))
         # C scaled by each token's decay from the chunk start; the product accumulates onto the decayed gradient
-        # (results/variants/bwd_pass_state_products_from_zero.patch forms it from zero, as the forward's two-chunk
-        # walk does: not measured yet)
+        # (formed from zero, as the forward's two-chunk walk does, it took 145.9 us against 142.5 at the seed:
+        # results/variants/bwd_pass_state_products_from_zero.patch)
         grad = walk_product(dyk, ck.astype(ct.float32) * ct.exp2(g), grad * ct.exp2(g_end), TF32)
     ct.store(dinitial_states, index=(bi, hi, pj, nj), tile=grad.reshape((1, 1, TILE_P, TILE_N)))
+
+
+@ct.kernel
+def bwd_pass_state_kernel(
+    dy,  # (b, l, h, p)
+    C,  # (b, l, g, n)
+    dA_cumsum,  # (b, h, c * Q) float32
+    dfinal_state,  # (b, h, p, n) float32 (ignored unless HAS_DFINAL)
+    dstates,  # (b, c, h, p, n) bfloat16 (bf16 inputs) or float32, written
+    dinitial_states,  # (b, h, p, n) float32, written
+    NHEADS: ConstInt,
+    HEADS_PER_GROUP: ConstInt,
+    Q: ConstInt,
+    TILE_P: ConstInt,
+    TILE_N: ConstInt,
+    HAS_DFINAL: ConstBool,
+    TF32: ConstBool,
+    LATENCY: ConstInt,
+):
+    backward_walk(
+        dy, C, dA_cumsum, dfinal_state, dstates, dinitial_states, ct.bid(0), ct.bid(1), ct.bid(2), NHEADS,
+        HEADS_PER_GROUP, Q, TILE_P, TILE_N, HAS_DFINAL, TF32, LATENCY,
+    )  # fmt: skip
 
 
 def bwd_pass_state(
@@ -90,18 +101,30 @@ def bwd_pass_state(
     """
     b, _, h, p = dy.shape
     g, n = C.shape[-2:]
-    _, _, nchunks, chunk_size = dA_cumsum.shape
-    dstates = torch.empty((b, nchunks, h, p, n), device=dy.device, dtype=states_dtype(dy.dtype))
-    dinit = torch.empty((b, h, p, n), device=dy.device, dtype=torch.float32)
-    dfinal = dinit if dfinal_state is None else dfinal_state.to(torch.float32).contiguous()
-    rows = (b, h, nchunks * chunk_size)
+    chunk_size = dA_cumsum.shape[-1]
+    arrays = walk_arrays(dy, C, dA_cumsum, dfinal_state)
 
     def spec(cfg: StateConfig) -> tuple[tuple[int, ...], object, tuple]:
         grid = (b * h, -(-p // cfg.TILE_P), -(-n // cfg.TILE_N))
-        args = (dy, C, dA_cumsum.view(rows), dfinal, dstates, dinit, h, h // g, chunk_size, cfg.TILE_P, cfg.TILE_N)
+        args = (*arrays, h, h // g, chunk_size, cfg.TILE_P, cfg.TILE_N)
         args += (dfinal_state is not None, dy.dtype == torch.float32, cfg.latency)
         return grid, with_hints(bwd_pass_state_kernel, cfg.occupancy), args
 
     key = shape_key(dy, C, chunk_size)
     launch("bwd_pass_state", key, StateConfig(), lambda: search_space(p, n), spec, dy.device)
-    return dstates, dinit
+    return arrays[4], arrays[5]
+
+
+def walk_arrays(
+    dy: torch.Tensor, C: torch.Tensor, dA_cumsum: torch.Tensor, dfinal_state: torch.Tensor | None
+) -> tuple[torch.Tensor, ...]:
+    """The backward walk's six array arguments, as backward_walk takes them: dy, C, dA_cumsum (as rows), the final
+    state's gradient (float32; dinitial_states stands in when there is none), and its outputs, dstates (b, c, h, p,
+    n) in states_dtype(dy.dtype) and dinitial_states (b, h, p, n) float32, allocated."""
+    b, _, h, p = dy.shape
+    n = C.shape[-1]
+    _, _, nchunks, chunk_size = dA_cumsum.shape
+    dstates = torch.empty((b, nchunks, h, p, n), device=dy.device, dtype=states_dtype(dy.dtype))
+    dinit = torch.empty((b, h, p, n), device=dy.device, dtype=torch.float32)
+    dfinal = dinit if dfinal_state is None else dfinal_state.to(torch.float32).contiguous()
+    return dy, C, dA_cumsum.view(b, h, nchunks * chunk_size), dfinal, dstates, dinit

@@ -78,31 +78,17 @@ def chunk_product(gs, ds, xs, bs, s, Q, TF32, carried, ONTO):
     return walk_product(xk, weights, acc, TF32), g_end
 
 
-@ct.kernel
-def fwd_pass_state_kernel(
-    x,  # (b, l, h, p)
-    B,  # (b, l, g, n)
-    dt_out,  # (b, h, c * Q) float32
-    dA_cumsum,  # (b, h, c * Q) float32
-    initial_states,  # (b, h, p, n) float32 (ignored unless HAS_INIT)
-    chunk_states,  # (b, c, h, p, n) bfloat16 (bf16 inputs) or float32, written
-    final_state,  # (b, h, p, n) float32, written
-    NHEADS: ConstInt,
-    HEADS_PER_GROUP: ConstInt,
-    Q: ConstInt,
-    TILE_P: ConstInt,
-    TILE_N: ConstInt,
-    HAS_INIT: ConstBool,
-    TF32: ConstBool,
-    LATENCY: ConstInt,
-    STEP: ConstInt,
-):
-    bh = ct.bid(0)
+@ct.function
+def forward_walk(
+    x, B, dt_out, dA_cumsum, initial_states, chunk_states, final_state, bh, pj, nj, NHEADS, HEADS_PER_GROUP, Q, TILE_P,
+    TILE_N, HAS_INIT, TF32, LATENCY, STEP,
+):  # fmt: skip
+    """The walk of program (bh: batch·head, pj: head-dim tile, nj: state tile) over every chunk, the kernel's
+    arguments as fwd_pass_state_kernel takes them. A device function: fwd_pass_state_kernel's body, and the forward
+    half of kernels.cutile.state_walks' launch."""
     bi = bh // NHEADS
     hi = bh % NHEADS
     gi = hi // HEADS_PER_GROUP
-    pj = ct.bid(1)
-    nj = ct.bid(2)
     if HAS_INIT:
         state = ct.load(
             initial_states, index=(bi, hi, pj, nj), shape=(1, 1, TILE_P, TILE_N), padding_mode=ZERO
@@ -135,6 +121,31 @@ def fwd_pass_state_kernel(
             state = state * ct.exp(g_end1) + product1
             store_states(chunk_states, entering, bi, j, hi, pj, nj)
     ct.store(final_state, index=(bi, hi, pj, nj), tile=state.reshape((1, 1, TILE_P, TILE_N)))
+
+
+@ct.kernel
+def fwd_pass_state_kernel(
+    x,  # (b, l, h, p)
+    B,  # (b, l, g, n)
+    dt_out,  # (b, h, c * Q) float32
+    dA_cumsum,  # (b, h, c * Q) float32
+    initial_states,  # (b, h, p, n) float32 (ignored unless HAS_INIT)
+    chunk_states,  # (b, c, h, p, n) bfloat16 (bf16 inputs) or float32, written
+    final_state,  # (b, h, p, n) float32, written
+    NHEADS: ConstInt,
+    HEADS_PER_GROUP: ConstInt,
+    Q: ConstInt,
+    TILE_P: ConstInt,
+    TILE_N: ConstInt,
+    HAS_INIT: ConstBool,
+    TF32: ConstBool,
+    LATENCY: ConstInt,
+    STEP: ConstInt,
+):
+    forward_walk(
+        x, B, dt_out, dA_cumsum, initial_states, chunk_states, final_state, ct.bid(0), ct.bid(1), ct.bid(2), NHEADS,
+        HEADS_PER_GROUP, Q, TILE_P, TILE_N, HAS_INIT, TF32, LATENCY, STEP,
+    )  # fmt: skip
 
 
 def states_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -190,21 +201,43 @@ def fwd_pass_state(
     b, _, h, p = x.shape
     g, n = B.shape[-2:]
     _, _, nchunks, chunk_size = dt_out.shape
-    chunk_states = torch.empty((b, nchunks, h, p, n), device=x.device, dtype=states_dtype(x.dtype))
-    final_state = torch.empty((b, h, p, n), device=x.device, dtype=torch.float32)
-    init = final_state if initial_states is None else initial_states.to(torch.float32).contiguous()
-    rows = (b, h, nchunks * chunk_size)
+    arrays = walk_arrays(x, B, dt_out, dA_cumsum, initial_states)
 
     def spec(cfg: StateConfig) -> tuple[tuple[int, ...], object, tuple]:
-        if cfg.chunks_per_step not in (1, 2):
-            raise ValueError(f"fwd_pass_state walks 1 or 2 chunks an iteration, not {cfg.chunks_per_step} ({cfg})")
         grid = (b * h, -(-p // cfg.TILE_P), -(-n // cfg.TILE_N))
-        args = (x, B, dt_out.view(rows), dA_cumsum.view(rows), init, chunk_states, final_state, h, h // g)
-        args += (chunk_size, cfg.TILE_P, cfg.TILE_N, initial_states is not None, x.dtype == torch.float32, cfg.latency)
-        # one chunk: a (1, 2, ...) store would not be clipped at c = 1 (cuTile then writes the next head's state)
-        args += (min(cfg.chunks_per_step, nchunks),)
+        args = (*arrays, h, h // g, chunk_size, cfg.TILE_P, cfg.TILE_N, initial_states is not None)
+        args += (x.dtype == torch.float32, cfg.latency, walk_step(cfg, nchunks))
         return grid, with_hints(fwd_pass_state_kernel, cfg.occupancy), args
 
     key = shape_key(x, B, chunk_size)
     launch("fwd_pass_state", key, StateConfig(), lambda: search_space(p, n, chunk_size), spec, x.device)
-    return chunk_states, final_state
+    return arrays[5], arrays[6]
+
+
+def walk_arrays(
+    x: torch.Tensor,
+    B: torch.Tensor,
+    dt_out: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    initial_states: torch.Tensor | None,
+) -> tuple[torch.Tensor, ...]:
+    """The forward walk's seven array arguments, as forward_walk takes them: x, B, dt_out and dA_cumsum (as rows),
+    the initial states (float32; final_state stands in when there are none), and its outputs, chunk_states (b, c, h,
+    p, n) in states_dtype(x.dtype) and final_state (b, h, p, n) float32, allocated."""
+    b, _, h, p = x.shape
+    n = B.shape[-1]
+    _, _, nchunks, chunk_size = dt_out.shape
+    chunk_states = torch.empty((b, nchunks, h, p, n), device=x.device, dtype=states_dtype(x.dtype))
+    final_state = torch.empty((b, h, p, n), device=x.device, dtype=torch.float32)
+    init = final_state if initial_states is None else initial_states.to(torch.float32).contiguous()
+    rows = (b, h, nchunks * chunk_size)
+    return x, B, dt_out.view(rows), dA_cumsum.view(rows), init, chunk_states, final_state
+
+
+def walk_step(cfg: StateConfig, nchunks: int) -> int:
+    """The forward walk's STEP for `cfg` over `nchunks` chunks: its chunks_per_step, 1 or 2 (else ValueError), and 1
+    for a walk of one chunk (a (1, 2, ...) store would not be clipped at c = 1: cuTile then writes the next head's
+    state)."""
+    if cfg.chunks_per_step not in (1, 2):
+        raise ValueError(f"fwd_pass_state walks 1 or 2 chunks an iteration, not {cfg.chunks_per_step} ({cfg})")
+    return min(cfg.chunks_per_step, nchunks)

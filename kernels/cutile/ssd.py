@@ -3,9 +3,9 @@
     forward   chunk_cumsum -> fwd_pass_state -> compute_out                  (as kernels.reference.ssd_chunked)
     backward  "reference": autograd through kernels.reference.ssd_chunked   (the design this project measures)
               "cutile":    kernels.reference_backward.ssd_backward composing the cuTile passes:
-                           chunk_cumsum (also writing dA_cumsum·log2(e) for bwd_dx) -> fwd_pass_state
-                           (recomputed, on a second stream) -> bwd_pass_state -> bwd_dx -> bwd_dbc
-                           (after the recompute) -> chunk_cumsum_bwd
+                           chunk_cumsum (also writing dA_cumsum·log2(e) for bwd_dx) -> the two state walks
+                           (kernels.cutile.state_walks: fwd_pass_state recomputing the chunk states, on a second
+                           stream, and bwd_pass_state) -> bwd_dx -> bwd_dbc (after the recompute) -> chunk_cumsum_bwd
 
 Only the inputs are saved for the backward; the chunk states are recomputed there. The chunked form's result
 does not depend on the chunk size (up to rounding), so the cuTile backward picks its own: at most
@@ -19,7 +19,6 @@ no read (bwd_pass_state starts from zero in registers).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import torch
@@ -29,11 +28,11 @@ from kernels import reference
 from kernels.backends import BACKWARDS
 from kernels.cutile.bwd_dbc import bwd_dbc
 from kernels.cutile.bwd_dx import bwd_dx
-from kernels.cutile.bwd_pass_state import bwd_pass_state
 from kernels.cutile.chunk_cumsum import chunk_cumsum, chunk_cumsum_log2
 from kernels.cutile.chunk_cumsum_bwd import chunk_cumsum_bwd
 from kernels.cutile.compute_out import compute_out
 from kernels.cutile.fwd_pass_state import fwd_pass_state
+from kernels.cutile.state_walks import after_state_walks, state_walks
 from kernels.reference_backward import Passes, by_input, ssd_backward
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -77,64 +76,9 @@ def check_inputs(tensors: dict[str, Tensor | None], chunk_size: int, backward: s
         raise ValueError(f"cutile backend: head dim {p} and state dim {n} must be at most {MAX_DIM}")
 
 
-# The backward's state recompute runs on a second stream of the device (RECOMPUTE_ASIDE): fwd_pass_state walks the
-# chunks forwards while bwd_pass_state walks them backwards and bwd_dx follows on the current stream. Neither walk
-# needs the other's result, and each has one program per (batch, head, tile) walking every chunk in turn: with few
-# batches and heads (the seed shape's 32 pairs) too few to fill the GPU alone. bwd_dbc, the first pass that reads
-# the chunk states, waits for the second stream.
-# Ordering of memory: every launch on the second stream is queued after what the current stream holds at that
-# point, and the current stream waits for the second before bwd_dbc, so a buffer either stream frees is reused
-# only after the other's last use of it (no record_stream needed; CUDA graph capture follows the same fork and
-# join). With RECOMPUTE_ASIDE = False every pass runs on the current stream (results/probes/recompute_aside_ab.py
-# compares the two).
-RECOMPUTE_ASIDE = True
-_second_streams: dict[torch.device, torch.cuda.Stream] = {}
-
-
-def second_stream(device: torch.device) -> torch.cuda.Stream:
-    """The device's second stream for the backward's recompute, created on first use."""
-    if device not in _second_streams:
-        _second_streams[device] = torch.cuda.Stream(device)
-    return _second_streams[device]
-
-
-def on_second_stream(stage: Callable) -> Callable:
-    """`stage` (first argument: a tensor on the device) queued on the device's second stream after everything the
-    current stream holds, when RECOMPUTE_ASIDE."""
-
-    @functools.wraps(stage)
-    def run(x: Tensor, *args, **kwargs):
-        if not RECOMPUTE_ASIDE:
-            return stage(x, *args, **kwargs)
-        second = second_stream(x.device)
-        second.wait_stream(torch.cuda.current_stream(x.device))
-        with torch.cuda.stream(second):
-            return stage(x, *args, **kwargs)
-
-    return run
-
-
-def after_second_stream(stage: Callable) -> Callable:
-    """`stage` queued on the current stream after what the device's second stream holds, when RECOMPUTE_ASIDE."""
-
-    @functools.wraps(stage)
-    def run(x: Tensor, *args, **kwargs):
-        if RECOMPUTE_ASIDE:
-            torch.cuda.current_stream(x.device).wait_stream(second_stream(x.device))
-        return stage(x, *args, **kwargs)
-
-    return run
-
-
-# the backward's passes: stage 1 also writes dA_cumsum·log2(e), which ssd_backward hands to bwd_dx
-CUTILE = Passes(
-    chunk_cumsum_log2,
-    on_second_stream(fwd_pass_state),
-    bwd_pass_state,
-    bwd_dx,
-    after_second_stream(bwd_dbc),
-    chunk_cumsum_bwd,
-)
+# the backward's passes: stage 1 also writes dA_cumsum·log2(e), which ssd_backward hands to bwd_dx; the two walks
+# run as kernels.cutile.state_walks.WALKS says (by default the recompute on a second stream, joined before bwd_dbc)
+CUTILE = Passes(chunk_cumsum_log2, state_walks, bwd_dx, after_state_walks(bwd_dbc), chunk_cumsum_bwd)
 
 
 def ssd_forward(

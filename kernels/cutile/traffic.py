@@ -13,6 +13,7 @@ floor's. With c = ⌈l / Q⌉ chunks (the per-token float32 arrays are allocated
                     D (h,) if given
     bwd_pass_state  dy (b, l, h, p), C, dA_cumsum,                          dstates (b, c, h, p, n),
                     dfinal_state (b, h, p, n) if given                      dinitial_states (b, h, p, n)
+    state_walks     fwd_pass_state's and bwd_pass_state's, dA_cumsum once   both's
     bwd_dx          x, dy, B, C, dt_out, dA_cumsum, dstates, D if given     dx (b, l, h, p), ddt_dir and da_intra
                                                                             (b, h, c·Q), dD_part (h, b·c)
     bwd_dbc         x, dy, B, C, dt_out, dA_cumsum, chunk_states, dstates   dB, dC (b, l, g, n),
@@ -57,7 +58,8 @@ from pathlib import Path
 
 import torch
 
-STAGES = ("chunk_cumsum", "fwd_pass_state", "compute_out", "bwd_pass_state", "bwd_dx", "bwd_dbc", "chunk_cumsum_bwd")
+STAGES = ("chunk_cumsum", "fwd_pass_state", "compute_out", "bwd_pass_state", "state_walks", "bwd_dx", "bwd_dbc")
+STAGES += ("chunk_cumsum_bwd",)
 F32 = torch.float32.itemsize  # dt_out, dA_cumsum, states and the other float32 arrays
 
 
@@ -144,6 +146,9 @@ def stage_traffic(stage: str, shape: SSDShape, constants: Mapping[str, int | boo
         return Traffic(heads + 2 * groups + 2 * rows + states + vector * k.get("HAS_D", True), heads)
     if stage == "bwd_pass_state":
         return Traffic(heads + groups + rows + state * k.get("HAS_DFINAL", False), states + state)
+    if stage == "state_walks":  # the two walks in one launch: dA_cumsum, which both read, counted once
+        walks = [stage_traffic(s, shape, constants) for s in ("fwd_pass_state", "bwd_pass_state")]
+        return Traffic(sum(t.read for t in walks) - rows, sum(t.write for t in walks))
     if stage == "bwd_dx":
         read = 2 * heads + 2 * groups + 2 * rows + states + vector * k.get("HAS_D", True)
         return Traffic(read, heads + 2 * rows + F32 * b * c * h)

@@ -1,6 +1,6 @@
 """Which configurations of the backward's two state walks run best side by side. With the recompute on a second
-stream (kernels.cutile.ssd.RECOMPUTE_ASIDE), fwd_pass_state and bwd_pass_state share the GPU, but tuning chose each
-one's tiles and occupancy alone: at the L 2048 step layer each then fills the GPU (384 programs) and the two do not
+stream (kernels.cutile.state_walks.WALKS "aside"), fwd_pass_state and bwd_pass_state share the GPU, but tuning chose
+each one's tiles and occupancy alone: at the L 2048 step layer each then fills the GPU (384 programs) and the two do not
 overlap (results/probes/recompute_aside_2026-12-02/). This probe times the cuTile backward alone (ssd_backward with
 the cuTile passes), captured in a CUDA graph and replayed, with every configuration of fwd_pass_state's tune space
 beside bwd_pass_state's tuned one, then every configuration of bwd_pass_state beside the best of those (one round
@@ -25,12 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts"), str(ROOT / "results" / "probes")]
 
 import bench_kernels  # noqa: E402
-from recompute_aside_ab import graphed  # noqa: E402
 
-from kernels.cutile import ssd, tuning  # noqa: E402
+from kernels.cutile import ssd, state_walks, tuning  # noqa: E402
 from kernels.cutile.fwd_pass_state import StateConfig, search_space  # noqa: E402
 from kernels.reference_backward import ssd_backward  # noqa: E402
-from lightning_modules.measure.timing import wall_ms  # noqa: E402
+from lightning_modules.measure.timing import graph_replay, wall_ms  # noqa: E402
 
 
 def backward_call(shape: bench_kernels.Shape) -> Callable[[], object]:
@@ -44,9 +43,9 @@ def backward_call(shape: bench_kernels.Shape) -> Callable[[], object]:
 
 def replay_ms(call: Callable, aside: bool, fwd: StateConfig | None, bwd: StateConfig | None) -> float:
     """Milliseconds a replay of `call` captured with these walk configurations (None: tuning's), best of 3."""
-    ssd.RECOMPUTE_ASIDE = aside
+    state_walks.WALKS = "aside" if aside else "one stream"
     with tuning.forced("fwd_pass_state", fwd), tuning.forced("bwd_pass_state", bwd):
-        replay = graphed(call)
+        replay = graph_replay(call)
     return min(wall_ms(replay, 20) for _ in range(3))
 
 
@@ -73,7 +72,7 @@ def main() -> None:
         (shape,) = bench_kernels.SHAPE_SETS[name]
         call = backward_call(shape)
         for _ in range(2):  # tune (on one stream) and compile first
-            ssd.RECOMPUTE_ASIDE = False
+            state_walks.WALKS = "one stream"
             call()
         torch.cuda.synchronize()
         print(f"{name} {shape}")
@@ -95,7 +94,7 @@ def main() -> None:
             )
         del call
         torch.cuda.empty_cache()
-    ssd.RECOMPUTE_ASIDE = True
+    state_walks.WALKS = "aside"
 
 
 if __name__ == "__main__":

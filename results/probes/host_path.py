@@ -70,7 +70,7 @@ def mock_cuda() -> list[tuple]:
     """Let the cuTile host code run on CPU tensors: launches recorded (their arguments) and dropped."""
     import cuda.tile as ct
 
-    from kernels.cutile import ssd, tuning
+    from kernels.cutile import ssd, state_walks, tuning
 
     launched: list[tuple] = []
     ct.launch = lambda stream, grid, kernel, args: launched.append(args)
@@ -78,7 +78,7 @@ def mock_cuda() -> list[tuple]:
     torch.cuda.current_stream = lambda device=None: None
     tuning._gpu_key = lambda device: "cpu"
     ssd.check_inputs = lambda *args: None  # it refuses CPU tensors
-    ssd.RECOMPUTE_ASIDE = False  # no second CUDA stream on the CPU
+    state_walks.WALKS = "one stream"  # no second CUDA stream on the CPU
     return launched
 
 

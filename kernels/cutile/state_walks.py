@@ -1,0 +1,168 @@
+"""The cuTile backward's two state walks in one launch: the chunk states' recompute (fwd_pass_state's walk) in the
+first b·h rows of programs, the states' gradient (bwd_pass_state's walk) in the other b·h.
+
+Each walk has one program per (batch, head, head-dim tile, state tile) walking every chunk in turn: at the seed
+shape 128 programs each, fewer than the H200's 132 SMs. Launched apart, they run at once only as far as the host
+launches them close together and their builds fit an SM together. In eager mode the host is the slower side (at the
+seed the two overlapped 7.8 us of 126 and 146: results/probes/stream_timeline_seed_2026-12-03.txt), and
+bwd_pass_state at occupancy 1 takes the whole register file. In one launch both walks' programs are queued at once;
+at occupancy 2 the sm_90 build takes 128 registers and 97.5 KB of shared memory a program, so two programs share
+an SM. Both halves take the same tile and occupancy; the forward half takes `chunks_per_step` chunks an iteration.
+`state_walks`, the cuTile backward's pass, runs the two walks as WALKS says; the one launch when it is "one launch".
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import cuda.tile as ct
+import torch
+
+from kernels.cutile import bwd_pass_state as backward
+from kernels.cutile import fwd_pass_state as forward
+from kernels.cutile.fwd_pass_state import StateConfig, search_space
+from kernels.cutile.launch import ConstBool, ConstInt, launch, shape_key, with_hints
+
+
+@ct.kernel
+def state_walks_kernel(
+    x,  # (b, l, h, p)
+    B,  # (b, l, g, n)
+    dt_out,  # (b, h, c * Q) float32
+    dA_cumsum,  # (b, h, c * Q) float32
+    initial_states,  # (b, h, p, n) float32 (ignored unless HAS_INIT)
+    chunk_states,  # (b, c, h, p, n) bfloat16 (bf16 inputs) or float32, written
+    final_state,  # (b, h, p, n) float32, written
+    dy,  # (b, l, h, p)
+    C,  # (b, l, g, n)
+    dA_cumsum_again,  # dA_cumsum, as the backward walk's argument
+    dfinal_state,  # (b, h, p, n) float32 (ignored unless HAS_DFINAL)
+    dstates,  # (b, c, h, p, n) bfloat16 (bf16 inputs) or float32, written
+    dinitial_states,  # (b, h, p, n) float32, written
+    NHEADS: ConstInt,
+    HEADS_PER_GROUP: ConstInt,
+    Q: ConstInt,
+    TILE_P: ConstInt,
+    TILE_N: ConstInt,
+    HAS_INIT: ConstBool,
+    HAS_DFINAL: ConstBool,
+    TF32: ConstBool,
+    LATENCY: ConstInt,
+    STEP: ConstInt,
+):
+    pairs = ct.num_blocks(0) // 2  # (batch, head) pairs
+    bh = ct.bid(0)
+    if bh < pairs:
+        forward.forward_walk(
+            x, B, dt_out, dA_cumsum, initial_states, chunk_states, final_state, bh, ct.bid(1), ct.bid(2), NHEADS,
+            HEADS_PER_GROUP, Q, TILE_P, TILE_N, HAS_INIT, TF32, LATENCY, STEP,
+        )  # fmt: skip
+    else:
+        backward.backward_walk(
+            dy, C, dA_cumsum_again, dfinal_state, dstates, dinitial_states, bh - pairs, ct.bid(1), ct.bid(2), NHEADS,
+            HEADS_PER_GROUP, Q, TILE_P, TILE_N, HAS_DFINAL, TF32, LATENCY,
+        )  # fmt: skip
+
+
+def one_launch(
+    x: torch.Tensor,
+    B: torch.Tensor,
+    dt_out: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    initial_states: torch.Tensor | None,
+    dy: torch.Tensor,
+    C: torch.Tensor,
+    dfinal_state: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`fwd_pass_state` and `bwd_pass_state` on the GPU in one launch, the same contracts.
+
+    Args:
+        x, dy: (b, l, h, p).  B, C: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) float32.
+        initial_states, dfinal_state: (b, h, p, n) or None.
+    Returns:
+        chunk_states, final_state (fwd_pass_state's), dstates, dinitial_states (bwd_pass_state's).
+    """
+    b, _, h, p = x.shape
+    g, n = B.shape[-2:]
+    _, _, nchunks, chunk_size = dt_out.shape
+    arrays = forward.walk_arrays(x, B, dt_out, dA_cumsum, initial_states)
+    arrays += backward.walk_arrays(dy, C, dA_cumsum, dfinal_state)
+
+    def spec(cfg: StateConfig) -> tuple[tuple[int, ...], object, tuple]:
+        grid = (2 * b * h, -(-p // cfg.TILE_P), -(-n // cfg.TILE_N))
+        args = (*arrays, h, h // g, chunk_size, cfg.TILE_P, cfg.TILE_N, initial_states is not None)
+        args += (dfinal_state is not None, x.dtype == torch.float32, cfg.latency, forward.walk_step(cfg, nchunks))
+        return grid, with_hints(state_walks_kernel, cfg.occupancy), args
+
+    key = shape_key(x, B, chunk_size)
+    launch("state_walks", key, StateConfig(), lambda: search_space(p, n, chunk_size), spec, x.device)
+    return arrays[5], arrays[6], arrays[11], arrays[12]
+
+
+# How the backward runs its two walks. Neither needs the other's result, and each has too few programs to fill the
+# GPU alone at the seed shape.
+#   "aside"       the recompute (fwd_pass_state) on a second stream of the device, bwd_pass_state and bwd_dx after
+#                 it on the current one; bwd_dbc, the first pass reading the chunk states, waits for the second
+#                 stream (after_state_walks). Ordering of memory: every launch on the second stream is queued after
+#                 what the current stream holds at that point, and the current stream waits for the second before
+#                 bwd_dbc, so a buffer either stream frees is reused only after the other's last use of it (no
+#                 record_stream needed; CUDA graph capture follows the same fork and join).
+#   "one stream"  both walks on the current stream, one after the other.
+#   "one launch"  both in state_walks_kernel on the current stream (not yet measured on a GPU).
+# results/probes/recompute_aside_ab.py compares them.
+WALK_MODES = ("aside", "one stream", "one launch")
+WALKS = "aside"
+_second_streams: dict[torch.device, torch.cuda.Stream] = {}
+
+
+def second_stream(device: torch.device) -> torch.cuda.Stream:
+    """The device's second stream for the backward's recompute, created on first use."""
+    if device not in _second_streams:
+        _second_streams[device] = torch.cuda.Stream(device)
+    return _second_streams[device]
+
+
+def state_walks(
+    x: torch.Tensor,
+    B: torch.Tensor,
+    dt_out: torch.Tensor,
+    dA_cumsum: torch.Tensor,
+    initial_states: torch.Tensor | None,
+    dy: torch.Tensor,
+    C: torch.Tensor,
+    dfinal_state: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The cuTile backward's two walks, run as WALKS says. Same contract as `kernels.reference_backward.state_walks`.
+
+    Args:
+        x, dy: (b, l, h, p).  B, C: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) float32.
+        initial_states, dfinal_state: (b, h, p, n) or None.
+    Returns:
+        chunk_states, final_state, dstates, dinitial_states.
+    """
+    if WALKS not in WALK_MODES:
+        raise ValueError(f"kernels.cutile.state_walks.WALKS must be one of {WALK_MODES}, got {WALKS!r}")
+    if WALKS == "one launch":
+        return one_launch(x, B, dt_out, dA_cumsum, initial_states, dy, C, dfinal_state)
+    if WALKS == "aside":
+        second = second_stream(x.device)
+        second.wait_stream(torch.cuda.current_stream(x.device))
+        with torch.cuda.stream(second):
+            chunk_states, final_state = forward.fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
+    else:
+        chunk_states, final_state = forward.fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
+    return chunk_states, final_state, *backward.bwd_pass_state(dy, C, dA_cumsum, dfinal_state)
+
+
+def after_state_walks(stage: Callable) -> Callable:
+    """`stage` (first argument: a tensor on the device) queued on the current stream after what the device's second
+    stream holds, when WALKS is "aside"."""
+
+    @functools.wraps(stage)
+    def run(x: torch.Tensor, *args, **kwargs):
+        if WALKS == "aside":
+            torch.cuda.current_stream(x.device).wait_stream(second_stream(x.device))
+        return stage(x, *args, **kwargs)
+
+    return run
