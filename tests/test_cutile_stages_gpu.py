@@ -13,7 +13,7 @@ import torch
 
 from kernels import reference
 from kernels import reference_backward as ref_bwd
-from kernels.cutile import tuning
+from kernels.cutile import state_walks, tuning
 from kernels.cutile.bwd_dbc import bwd_dbc, dbc_space
 from kernels.cutile.bwd_dx import bwd_dx, dx_space
 from kernels.cutile.bwd_pass_state import bwd_pass_state
@@ -23,7 +23,6 @@ from kernels.cutile.compute_out import compute_out
 from kernels.cutile.compute_out import search_space as out_space
 from kernels.cutile.fwd_pass_state import fwd_pass_state, states_dtype
 from kernels.cutile.fwd_pass_state import search_space as state_space  # chunk_cumsum_bwd's holds the name
-from kernels.cutile.state_walks import one_launch
 from kernels.testing import rel_err, stage_inputs
 from tests.gpu_common import CUTILE, SEEDS, TOL
 
@@ -206,7 +205,7 @@ ONE_LAUNCH += [(dtype, cfg, k) for dtype in DTYPES for cfg in WALKS[:1] for k in
 
 
 @pytest.mark.parametrize("dtype,config,nchunks", ONE_LAUNCH, ids=IDS)
-def test_both_walks_in_one_launch(dtype, config, nchunks):
+def test_both_walks_in_one_launch(monkeypatch, dtype, config, nchunks):
     """kernels.cutile.state_walks' one launch, each configuration tuning can pick forced (bf16, 5 chunks), and a
     two-chunk one in three dtypes at 1, 4 and 5 chunks (the last short): its chunk states and final state against
     fwd_pass_state's float64 stage, its dstates and initial state's gradient against bwd_pass_state's, with initial
@@ -214,8 +213,9 @@ def test_both_walks_in_one_launch(dtype, config, nchunks):
     chunk = 64
     t = stage_inputs(dtype, chunk, 64, 128, l=nchunks * chunk - 21, seed=SEEDS[dtype] + 7 * nchunks)
     t64 = {k: None if v is None else v.to(F64) for k, v in t.items()}
+    monkeypatch.setattr(state_walks, "WALKS", "one launch")
     with tuning.forced("state_walks", config) as launched:
-        got = one_launch(
+        got = state_walks.state_walks(
             t["x"], t["B"], *f32(t["dt_out"], t["dA_cumsum"], t64["initial_states"]), t["dy"], t["C"], t["dfinal"]
         )
     assert launched == [config]

@@ -27,30 +27,11 @@ from kernels.cutile.launch import ConstBool, ConstInt, launch, shape_key, with_h
 
 @ct.kernel
 def state_walks_kernel(
-    x,  # (b, l, h, p)
-    B,  # (b, l, g, n)
-    dt_out,  # (b, h, c * Q) float32
-    dA_cumsum,  # (b, h, c * Q) float32
-    initial_states,  # (b, h, p, n) float32 (ignored unless HAS_INIT)
-    chunk_states,  # (b, c, h, p, n) bfloat16 (bf16 inputs) or float32, written
-    final_state,  # (b, h, p, n) float32, written
-    dy,  # (b, l, h, p)
-    C,  # (b, l, g, n)
-    dA_cumsum_again,  # dA_cumsum, as the backward walk's argument
-    dfinal_state,  # (b, h, p, n) float32 (ignored unless HAS_DFINAL)
-    dstates,  # (b, c, h, p, n) bfloat16 (bf16 inputs) or float32, written
-    dinitial_states,  # (b, h, p, n) float32, written
-    NHEADS: ConstInt,
-    HEADS_PER_GROUP: ConstInt,
-    Q: ConstInt,
-    TILE_P: ConstInt,
-    TILE_N: ConstInt,
-    HAS_INIT: ConstBool,
-    HAS_DFINAL: ConstBool,
-    TF32: ConstBool,
-    LATENCY: ConstInt,
-    STEP: ConstInt,
-):
+    x, B, dt_out, dA_cumsum, initial_states, chunk_states, final_state,  # fwd_pass_state_kernel's arrays
+    dy, C, dA_cumsum_again, dfinal_state, dstates, dinitial_states,  # bwd_pass_state_kernel's
+    NHEADS: ConstInt, HEADS_PER_GROUP: ConstInt, Q: ConstInt, TILE_P: ConstInt, TILE_N: ConstInt, HAS_INIT: ConstBool,
+    HAS_DFINAL: ConstBool, TF32: ConstBool, LATENCY: ConstInt, STEP: ConstInt,
+):  # fmt: skip
     pairs = ct.num_blocks(0) // 2  # (batch, head) pairs
     bh = ct.bid(0)
     if bh < pairs:
@@ -65,39 +46,22 @@ def state_walks_kernel(
         )  # fmt: skip
 
 
-def one_launch(
-    x: torch.Tensor,
-    B: torch.Tensor,
-    dt_out: torch.Tensor,
-    dA_cumsum: torch.Tensor,
-    initial_states: torch.Tensor | None,
-    dy: torch.Tensor,
-    C: torch.Tensor,
-    dfinal_state: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`fwd_pass_state` and `bwd_pass_state` on the GPU in one launch, the same contracts.
-
-    Args:
-        x, dy: (b, l, h, p).  B, C: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) float32.
-        initial_states, dfinal_state: (b, h, p, n) or None.
-    Returns:
-        chunk_states, final_state (fwd_pass_state's), dstates, dinitial_states (bwd_pass_state's).
-    """
+def launch_both(arrays: tuple[torch.Tensor, ...], has_init: bool, has_dfinal: bool) -> None:
+    """Launch state_walks_kernel on `arrays`: forward.walk_arrays' seven, then backward.walk_arrays' six."""
+    x, B, dt_out = arrays[:3]
     b, _, h, p = x.shape
     g, n = B.shape[-2:]
-    _, _, nchunks, chunk_size = dt_out.shape
-    arrays = forward.walk_arrays(x, B, dt_out, dA_cumsum, initial_states)
-    arrays += backward.walk_arrays(dy, C, dA_cumsum, dfinal_state)
+    nchunks = arrays[5].shape[1]
+    chunk_size = dt_out.shape[-1] // nchunks
 
     def spec(cfg: StateConfig) -> tuple[tuple[int, ...], object, tuple]:
         grid = (2 * b * h, -(-p // cfg.TILE_P), -(-n // cfg.TILE_N))
-        args = (*arrays, h, h // g, chunk_size, cfg.TILE_P, cfg.TILE_N, initial_states is not None)
-        args += (dfinal_state is not None, x.dtype == torch.float32, cfg.latency, forward.walk_step(cfg, nchunks))
+        args = (*arrays, h, h // g, chunk_size, cfg.TILE_P, cfg.TILE_N, has_init, has_dfinal)
+        args += (x.dtype == torch.float32, cfg.latency, forward.walk_step(cfg, nchunks))
         return grid, with_hints(state_walks_kernel, cfg.occupancy), args
 
     key = shape_key(x, B, chunk_size)
     launch("state_walks", key, StateConfig(), lambda: search_space(p, n, chunk_size), spec, x.device)
-    return arrays[5], arrays[6], arrays[11], arrays[12]
 
 
 # How the backward runs its two walks. Neither needs the other's result, and each has too few programs to fill the
@@ -144,7 +108,10 @@ def state_walks(
     if WALKS not in WALK_MODES:
         raise ValueError(f"kernels.cutile.state_walks.WALKS must be one of {WALK_MODES}, got {WALKS!r}")
     if WALKS == "one launch":
-        return one_launch(x, B, dt_out, dA_cumsum, initial_states, dy, C, dfinal_state)
+        arrays = forward.walk_arrays(x, B, dt_out, dA_cumsum, initial_states)
+        arrays += backward.walk_arrays(dy, C, dA_cumsum, dfinal_state)
+        launch_both(arrays, initial_states is not None, dfinal_state is not None)
+        return arrays[5], arrays[6], arrays[11], arrays[12]
     if WALKS == "aside":
         second = second_stream(x.device)
         second.wait_stream(torch.cuda.current_stream(x.device))
