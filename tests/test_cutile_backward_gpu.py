@@ -15,6 +15,7 @@ import torch
 
 import kernels
 from kernels.testing import random_inputs, rel_err
+from lightning_modules.measure.timing import graph_replay
 from tests.gpu_common import CUTILE, INPUTS, SEEDS, TOL, run
 
 pytestmark = CUTILE
@@ -174,20 +175,12 @@ def test_the_ways_to_run_the_walks_agree(monkeypatch):
         y, final = run(leaves, 128, "cutile", backward="cutile")
         ((y * dy).sum() + (final * dfinal).sum()).backward()
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):  # warm-up before capture, as torch.cuda.graphs asks
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    replay = graph_replay(step)
     fresh = random_inputs(2, 1000, 8, 64, 1, 128, torch.bfloat16, seed=14, device="cuda", init=True)
     for k, v in leaves.items():
         if v is not None:
             v.data.copy_(fresh[k])
-    graph.replay()
+    replay()
     torch.cuda.synchronize()
     want = gradients(fresh, 128, "cutile", dy, dfinal, backward="cutile")
     for name, g in want.items():

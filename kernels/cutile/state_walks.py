@@ -13,6 +13,7 @@ an SM. Both halves take the same tile and occupancy; the forward half takes `chu
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 
@@ -112,12 +113,12 @@ def state_walks(
         arrays += backward.walk_arrays(dy, C, dA_cumsum, dfinal_state)
         launch_both(arrays, initial_states is not None, dfinal_state is not None)
         return arrays[5], arrays[6], arrays[11], arrays[12]
+    stream = contextlib.nullcontext()
     if WALKS == "aside":
         second = second_stream(x.device)
         second.wait_stream(torch.cuda.current_stream(x.device))
-        with torch.cuda.stream(second):
-            chunk_states, final_state = forward.fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
-    else:
+        stream = torch.cuda.stream(second)
+    with stream:
         chunk_states, final_state = forward.fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
     return chunk_states, final_state, *backward.bwd_pass_state(dy, C, dA_cumsum, dfinal_state)
 
