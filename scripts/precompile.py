@@ -9,6 +9,7 @@ process. Nothing is timed or written to the tuning cache: the timing process sti
 
     python scripts/precompile.py --shapes seed,step --jobs 16       # then bench_kernels.py --autotune ...
     python scripts/precompile.py --shapes sweep --modes fwd --no-triton
+    python scripts/precompile.py --shapes seed --modes fwd_bwd --walks "one launch"   # the backward's other walks
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 import torch
 from bench_kernels import MODES, SHAPE_SETS, Shape, make_call  # this script's folder is first on sys.path
 
+from kernels.cutile import state_walks
 from lightning_modules.measure.environment import available_backends
 
 
@@ -35,11 +37,14 @@ def shapes_of(names: str) -> list[Shape]:
     return list(dict.fromkeys(shape for name in names.split(",") for shape in SHAPE_SETS[name]))
 
 
-def cutile_worker(shapes: list[Shape], modes: list[str], worker: int, jobs: int) -> None:
+def cutile_worker(shapes: list[Shape], modes: list[str], worker: int, jobs: int, walks: str) -> None:
     """Launch the worker-th, (worker + jobs)-th, ... candidate of every stage's tune space at each shape (the
-    first pass learns the largest space; a stage whose space is shorter runs its default). A launch that fails
-    is reported and skipped, with the stages after it in that call (tuning compiles those itself)."""
-    from kernels.cutile import tuning
+    first pass learns the largest space; a stage whose space is shorter runs its default), the backward's walks
+    run as `walks` (kernels.cutile.state_walks.WALKS). A launch that fails is reported and skipped, with the stages
+    after it in that call (tuning compiles those itself)."""
+    from kernels.cutile import state_walks, tuning
+
+    state_walks.WALKS = walks
 
     for shape in shapes:
         calls = [make_call(shape, "cutile:cutile", mode, "cuda") for mode in modes]
@@ -103,7 +108,7 @@ def spawn(args: argparse.Namespace, triton: bool) -> int:
     """The cuTile workers and the Triton one (if `triton`), spread over the visible GPUs."""
     workers = [str(i) for i in range(args.jobs)] + (["triton"] if triton else [])
     visible = os.environ.get("CUDA_VISIBLE_DEVICES") or ",".join(map(str, range(torch.cuda.device_count())))
-    common = ["--shapes", args.shapes, "--modes", args.modes, "--jobs", str(args.jobs)]
+    common = ["--shapes", args.shapes, "--modes", args.modes, "--jobs", str(args.jobs), "--walks", args.walks]
     start = time.perf_counter()
     commands = {w: [sys.executable, __file__, *common, "--worker", w] for w in workers}
     failed = run_workers(commands, visible.split(","), args.timeout)
@@ -120,6 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="cuTile processes (default: CPU cores)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds before workers still running are killed")
     ap.add_argument("--no-triton", dest="triton", action="store_false", help="skip the Triton process")
+    ap.add_argument(
+        "--walks",
+        default=state_walks.WALKS,
+        choices=state_walks.WALK_MODES,
+        help="how the cuTile backward runs its two state walks (kernels.cutile.state_walks.WALKS; default %(default)s)",
+    )
     ap.add_argument("--worker", help=argparse.SUPPRESS)  # set by the parent: an index, or "triton"
     args = ap.parse_args(argv)
     try:
@@ -147,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker == "triton":
         triton_worker(shapes, modes)
     else:
-        cutile_worker(shapes, modes, int(args.worker), args.jobs)
+        cutile_worker(shapes, modes, int(args.worker), args.jobs, args.walks)
     return 0
 
 
