@@ -295,8 +295,8 @@ def kernel_section(
             ceilings_text(runs),
             f"Every row: {shape_text(fixed, fixed)}.",
             f"*wall*: CUDA events around back-to-back calls, launch gaps included; *GPU*: the time the GPU runs the "
-            "call's kernels, from torch.profiler (kernels running at once on two streams count once; the cuTile "
-            f"backward recomputes the chunk states on a second stream); *over {base}*: {base}'s time over the row's; "
+            "call's kernels, from torch.profiler (kernels running at once count once; the cuTile "
+            f"backward's two state walks share one launch); *over {base}*: {base}'s time over the row's; "
             "GB/s: each input read once and y written once, over the GPU time; *launches*: kernels per call; "
             "*warm-up s*: the first call, timed apart.",
             "",

@@ -77,7 +77,8 @@ def check_inputs(tensors: dict[str, Tensor | None], chunk_size: int, backward: s
 
 
 # the backward's passes: stage 1 also writes dA_cumsum·log2(e), which ssd_backward hands to bwd_dx; the two walks
-# run as kernels.cutile.state_walks.WALKS says (by default the recompute on a second stream, joined before bwd_dbc)
+# run as kernels.cutile.state_walks.WALKS says (by default both in one launch;
+# "aside" puts the recompute on a second stream, joined before bwd_dbc)
 CUTILE = Passes(chunk_cumsum_log2, state_walks, bwd_dx, after_state_walks(bwd_dbc), chunk_cumsum_bwd)
 
 

@@ -63,6 +63,7 @@ def sweep(call: Callable, which: str, space: list[StateConfig], other: StateConf
 
 
 def main() -> None:
+    default_walks = state_walks.WALKS  # restored at the end
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default="step,step_l8192")
     ap.add_argument("--autotune", action="store_true")
@@ -94,7 +95,7 @@ def main() -> None:
             )
         del call
         torch.cuda.empty_cache()
-    state_walks.WALKS = "aside"
+    state_walks.WALKS = default_walks
 
 
 if __name__ == "__main__":

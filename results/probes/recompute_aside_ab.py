@@ -33,6 +33,7 @@ TOL = 1e-2  # relative, of a gradient against the first arm's, where the kernels
 
 
 def main() -> None:
+    default_walks = state_walks.WALKS  # restored at the end
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default="seed,step,step_l8192")
     ap.add_argument("--repeats", type=int, default=5)
@@ -87,7 +88,7 @@ def main() -> None:
             print(f"  CUDA graph {ARMS[0]} / {arm}: {base / ms:.3f}x ({(base - ms) * 1e3:.1f} us saved)", flush=True)
         del call, grads, replays
         torch.cuda.empty_cache()
-    state_walks.WALKS = "aside"
+    state_walks.WALKS = default_walks
 
 
 if __name__ == "__main__":
