@@ -128,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--walks",
         default=state_walks.WALKS,
-        choices=state_walks.WALK_MODES,
-        help="how the cuTile backward runs its two state walks (kernels.cutile.state_walks.WALKS; default %(default)s)",
+        help=f"how the cuTile backward runs its two state walks (kernels.cutile.state_walks.WALKS): "
+        f"{', '.join(state_walks.WALK_MODES)} (default %(default)s)",
     )
     ap.add_argument("--worker", help=argparse.SUPPRESS)  # set by the parent: an index, or "triton"
     args = ap.parse_args(argv)
@@ -141,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     modes = args.modes.split(",")
     if any(mode not in MODES for mode in modes):
         print(f"precompile: --modes: choose from {', '.join(MODES)}, got {args.modes!r}", file=sys.stderr)
+        return 2
+    if args.walks not in state_walks.WALK_MODES:
+        print(
+            f"precompile: --walks: choose from {', '.join(state_walks.WALK_MODES)}, got {args.walks!r}", file=sys.stderr
+        )
         return 2
     if args.jobs < 1:
         print(f"precompile: --jobs must be at least 1, got {args.jobs}", file=sys.stderr)

@@ -15,15 +15,18 @@ def test_workers_share_out_every_candidate_of_every_space(monkeypatch):
     monkeypatch.syspath_prepend(str(SCRIPTS))
     import precompile
 
-    from kernels.cutile import tuning
+    from kernels.cutile import state_walks, tuning
 
     spaces = {"fwd_pass_state": ["a0", "a1", "a2", "a3", "a4"], "bwd_dx": ["b0", "b1"]}
     launched: list[tuple[str, str]] = []
+    walks: set[str] = set()
+    monkeypatch.setattr(state_walks, "WALKS", state_walks.WALKS)  # restored after the test
 
     def fake_call(shape, variant, mode, device):
         assert variant == "cutile:cutile" and device == "cuda"
 
         def call():
+            walks.add(state_walks.WALKS)
             for name, space in spaces.items():
                 launched.append((name, tuning.choose(name, "key", "default", lambda s=space: s, "cuda:0", None)))
 
@@ -34,7 +37,7 @@ def test_workers_share_out_every_candidate_of_every_space(monkeypatch):
     got = {}
     for worker in range(3):
         launched.clear()
-        precompile.cutile_worker(precompile.shapes_of("seed"), ["fwd", "fwd_bwd"], worker, 3)
+        precompile.cutile_worker(precompile.shapes_of("seed"), ["fwd", "fwd_bwd"], worker, 3, "one stream")
         got[worker] = {cfg for _, cfg in launched}
     assert got == {
         0: {"a0", "b0", "a3", "default"},
@@ -42,6 +45,7 @@ def test_workers_share_out_every_candidate_of_every_space(monkeypatch):
         2: {"a2", "default"},
     }
     assert tuning.chosen() == {}  # nothing decided for later launches
+    assert walks == {"one stream"}  # the backward's walks run as --walks says
 
 
 def test_bad_arguments_get_one_line(tmp_path):
@@ -52,6 +56,7 @@ def test_bad_arguments_get_one_line(tmp_path):
         ),
         (["--jobs", "0"], "precompile: --jobs must be at least 1, got 0"),
         (["--modes", "fwd,bwd"], "precompile: --modes: choose from fwd, fwd_bwd, got 'fwd,bwd'"),
+        (["--walks", "two"], "precompile: --walks: choose from aside, one stream, one launch, got 'two'"),
     ):
         done = subprocess.run([sys.executable, str(SCRIPTS / "precompile.py"), *args], capture_output=True, text=True)
         assert done.returncode == 2 and done.stderr.strip() == message
