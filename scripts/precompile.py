@@ -42,7 +42,7 @@ def cutile_worker(shapes: list[Shape], modes: list[str], worker: int, jobs: int,
     first pass learns the largest space; a stage whose space is shorter runs its default), the backward's walks
     run as `walks` (kernels.cutile.state_walks.WALKS). A launch that fails is reported and skipped, with the stages
     after it in that call (tuning compiles those itself)."""
-    from kernels.cutile import state_walks, tuning
+    from kernels.cutile import tuning
 
     state_walks.WALKS = walks
 
