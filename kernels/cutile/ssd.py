@@ -4,8 +4,8 @@
     backward  "reference": autograd through kernels.reference.ssd_chunked   (the design this project measures)
               "cutile":    kernels.reference_backward.ssd_backward composing the cuTile passes:
                            chunk_cumsum (also writing dA_cumsum·log2(e) for bwd_dx) -> the two state walks
-                           (kernels.cutile.state_walks: fwd_pass_state recomputing the chunk states, on a second
-                           stream, and bwd_pass_state) -> bwd_dx -> bwd_dbc (after the recompute) -> chunk_cumsum_bwd
+                           (kernels.cutile.state_walks: fwd_pass_state's recomputing the chunk states and
+                           bwd_pass_state's, in one launch) -> bwd_dx -> bwd_dbc -> chunk_cumsum_bwd
 
 Only the inputs are saved for the backward; the chunk states are recomputed there. The chunked form's result
 does not depend on the chunk size (up to rounding), so the cuTile backward picks its own: at most

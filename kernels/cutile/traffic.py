@@ -58,8 +58,16 @@ from pathlib import Path
 
 import torch
 
-STAGES = ("chunk_cumsum", "fwd_pass_state", "compute_out", "bwd_pass_state", "state_walks", "bwd_dx", "bwd_dbc")
-STAGES += ("chunk_cumsum_bwd",)
+STAGES = (
+    "chunk_cumsum",
+    "fwd_pass_state",
+    "compute_out",
+    "bwd_pass_state",
+    "state_walks",
+    "bwd_dx",
+    "bwd_dbc",
+    "chunk_cumsum_bwd",
+)
 F32 = torch.float32.itemsize  # dt_out, dA_cumsum, states and the other float32 arrays
 
 
