@@ -538,8 +538,9 @@ def test_bf16_tuned_defaults_stay_with_bf16_inputs(dtype, monkeypatch):
     out_module.compute_out(x, B, C, rows, rows, states, torch.zeros(h))
     (dx_default, dx_space, dx_args), (out_default, _, _) = got["bwd_dx"], got["compute_out"]
     bf16 = dtype == torch.bfloat16
-    # the kernel's dA_cumsum argument (after dt_out) and its last flag, G_LOG2
-    assert dx_args[-1] is bf16
+    # the kernel's dA_cumsum argument (after dt_out) and its last flag, G_LOG2, before the chunks a program takes and
+    # the last chunk's index
+    assert dx_args[-3] is bf16 and dx_args[-2:] == (dx_default.chunks, 0)
     assert torch.equal(dx_args[5], rows.view(b, h, Q) * (dx_module.LOG2E if bf16 else 1.0))
     # given the log2 copy (the SSD's backward: chunk_cumsum_log2 wrote it), bf16 takes it as it is, no host multiply
     log2 = torch.full((b, h, 1, Q), 3.0)

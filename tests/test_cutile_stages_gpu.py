@@ -181,6 +181,27 @@ def test_every_tuning_configuration_of_the_backward(stage, config):
         assert rel_err(a, b) < TOL[torch.bfloat16], (stage, config, i)
 
 
+DX_LOOPS = [(dtype, cfg) for dtype in DTYPES for cfg in dx_space(dtype) if cfg.chunks > 1]
+
+
+@pytest.mark.parametrize("nchunks", [1, 4, 5])
+@pytest.mark.parametrize("dtype,config", DX_LOOPS, ids=IDS)
+def test_bwd_dx_taking_several_chunks_a_program(dtype, config, nchunks):
+    """Each configuration whose program takes several chunks in turn, forced, in every dtype against the float64
+    stage: as many chunks as a program takes, one more (the last program takes the last chunk again), and a single
+    chunk (every step of the loop the same chunk); the last chunk short."""
+    chunk = 64
+    t = stage_inputs(dtype, chunk, 64, 128, l=nchunks * chunk - 21, seed=SEEDS[dtype] + nchunks)
+    t64 = {k: None if v is None else v.to(F64) for k, v in t.items()}
+    dt_out, dA, dy, dstates = t["dt_out"], t["dA_cumsum"], t["dy"], t["dstates"]
+    want = ref_bwd.bwd_dx(t64["x"], dy.to(F64), t64["B"], t64["C"], dt_out, dA, dstates, t64["D"])
+    with tuning.forced("bwd_dx", config) as launched:
+        got = bwd_dx(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA), *stored(dtype, dstates), *f32(t64["D"]))
+    assert launched == [config]
+    for name, a, b in zip(("dx", "ddt_dir", "da_intra", "dD_parts"), got, want):
+        assert a.shape == b.shape and rel_err(a, b) < TOL[dtype], name
+
+
 WALKS = [cfg for cfg in state_space(64, 128, 64) if cfg.chunks_per_step == 2]
 
 

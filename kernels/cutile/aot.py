@@ -185,6 +185,7 @@ def backward_signatures() -> Iterator[tuple[str, object, ctc.KernelSignature]]:
                 + [_array(f32, 3), _array(f32, 3), _array(_states(name), 5), _array(f32, 1), _array(dtype, 4)]
                 + [_array(f32, 3)] * 2
                 + [_array(f32, 2), 8, 4, chunk, tile_p, tile_n, flag, tf32, name == "bfloat16", name == "bfloat16"]
+                + [dx_hints.chunks, i32]
             ),
         )
 

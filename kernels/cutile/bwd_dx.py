@@ -1,7 +1,10 @@
 """Backward stage 2 in cuTile: dx, dD's partial sums and the state-free parts of the decay gradient, per (chunk, head).
 
-Reference: `kernels.reference_backward.bwd_dx`, whose contract the host function keeps. One program
-per (batch·head, chunk) holds the whole chunk (Q tokens, all of p and n) in registers:
+Reference: `kernels.reference_backward.bwd_dx`, whose contract the host function keeps. A program takes CHUNKS
+consecutive chunks of one batch·head in turn, holding a whole chunk (Q tokens, all of p and n) in registers; its
+token tiles are loaded with a latency hint, so that at occupancy 1 the compiler double-buffers them (the next
+chunk's loads in flight while this one computes; at occupancy 2 the loop still halves the programs that wait on
+their first loads together). Per chunk:
     CB  = C Bᵀ,  L[t, s] = exp(G_t − G_s) [s <= t] (masked before the exponential),  K = CB ∘ L
     dx̃  = Kᵀ dy + e ∘ (B Ĝᵀ)               e_s = exp(G_end − G_s), Ĝ the state gradient from bwd_pass_state
     dx  = dt ∘ dx̃ + D dy;   ddt_dir = rows of x ∘ dx̃;   r = dt ∘ rows of x ∘ (e ∘ B Ĝᵀ)
@@ -53,73 +56,86 @@ def bwd_dx_kernel(
     TF32: ConstBool,
     BF16_MMA: ConstBool,
     G_LOG2: ConstBool,
+    CHUNKS: ConstInt,  # chunks a program takes in turn
+    last_chunk: int,
 ):
     bh = ct.bid(0)
     bi = bh // NHEADS
     hi = bh % NHEADS
     gi = hi // HEADS_PER_GROUP
-    k = ct.bid(1)
-    xk = ct.load(x, index=(bi, k, hi, 0), shape=(1, Q, 1, TILE_P), padding_mode=ZERO).reshape((Q, TILE_P))
-    dyk = ct.load(dy, index=(bi, k, hi, 0), shape=(1, Q, 1, TILE_P), padding_mode=ZERO).reshape((Q, TILE_P))
-    bk = ct.load(B, index=(bi, k, gi, 0), shape=(1, Q, 1, TILE_N), padding_mode=ZERO).reshape((Q, TILE_N))
-    ck = ct.load(C, index=(bi, k, gi, 0), shape=(1, Q, 1, TILE_N), padding_mode=ZERO).reshape((Q, TILE_N))
-    g = ct.load(dA_cumsum, index=(bi, hi, k), shape=(1, 1, Q)).reshape((Q, 1))
-    if not G_LOG2:
-        g = g * LOG2E
-    d = ct.load(dt_out, index=(bi, hi, k), shape=(1, 1, Q)).reshape((Q, 1))
-    grad = ct.load(dstates, index=(bi, k, hi, 0, 0), shape=(1, 1, 1, TILE_P, TILE_N), padding_mode=ZERO).reshape(
-        (TILE_P, TILE_N)
-    )
-    g_row = g.reshape((1, Q))
-    g_end = ct.extract(g, index=(Q - 1, 0), shape=(1, 1))
-    rows = ct.arange(Q, dtype=ct.int32).reshape((Q, 1))  # s
-    cols = ct.arange(Q, dtype=ct.int32).reshape((1, Q))  # t
-    if TF32:
-        x_mm, dy_mm, b_mm, c_mm = xk.astype(TF), dyk.astype(TF), bk.astype(TF), ck.astype(TF)
-    else:
-        x_mm, dy_mm, b_mm, c_mm = xk, dyk, bk, ck
-    # Every chunk x chunk tile is indexed [s, t] (source token, target token), so no computed tile is
-    # transposed: Kᵀ[s, t] = B_s · C_t exp(G_t − G_s) for t >= s (masked before the exponential).
-    kt = ct.mma(b_mm, ct.transpose(c_mm), ct.zeros((Q, Q), dtype=ct.float32))
-    kt = kt * ct.exp2(ct.where(cols >= rows, g_row - g, -float("inf")))
-    x32 = xk.astype(ct.float32)
-    dy32 = dyk.astype(ct.float32)
+    for step in range(CHUNKS):
+        # CHUNKS consecutive chunks a program; past the end it takes the last chunk again (same values stored)
+        k = ct.minimum(ct.bid(1) * CHUNKS + step, last_chunk)
+        xk = ct.load(x, index=(bi, k, hi, 0), shape=(1, Q, 1, TILE_P), padding_mode=ZERO, latency=4).reshape(
+            (Q, TILE_P)
+        )
+        dyk = ct.load(dy, index=(bi, k, hi, 0), shape=(1, Q, 1, TILE_P), padding_mode=ZERO, latency=4).reshape(
+            (Q, TILE_P)
+        )
+        bk = ct.load(B, index=(bi, k, gi, 0), shape=(1, Q, 1, TILE_N), padding_mode=ZERO, latency=4).reshape(
+            (Q, TILE_N)
+        )
+        ck = ct.load(C, index=(bi, k, gi, 0), shape=(1, Q, 1, TILE_N), padding_mode=ZERO, latency=4).reshape(
+            (Q, TILE_N)
+        )
+        g = ct.load(dA_cumsum, index=(bi, hi, k), shape=(1, 1, Q)).reshape((Q, 1))
+        if not G_LOG2:
+            g = g * LOG2E
+        d = ct.load(dt_out, index=(bi, hi, k), shape=(1, 1, Q)).reshape((Q, 1))
+        grad = ct.load(dstates, index=(bi, k, hi, 0, 0), shape=(1, 1, 1, TILE_P, TILE_N), padding_mode=ZERO).reshape(
+            (TILE_P, TILE_N)
+        )
+        g_row = g.reshape((1, Q))
+        g_end = ct.extract(g, index=(Q - 1, 0), shape=(1, 1))
+        rows = ct.arange(Q, dtype=ct.int32).reshape((Q, 1))  # s
+        cols = ct.arange(Q, dtype=ct.int32).reshape((1, Q))  # t
+        if TF32:
+            x_mm, dy_mm, b_mm, c_mm = xk.astype(TF), dyk.astype(TF), bk.astype(TF), ck.astype(TF)
+        else:
+            x_mm, dy_mm, b_mm, c_mm = xk, dyk, bk, ck
+        # Every chunk x chunk tile is indexed [s, t] (source token, target token), so no computed tile is
+        # transposed: Kᵀ[s, t] = B_s · C_t exp(G_t − G_s) for t >= s (masked before the exponential).
+        kt = ct.mma(b_mm, ct.transpose(c_mm), ct.zeros((Q, Q), dtype=ct.float32))
+        kt = kt * ct.exp2(ct.where(cols >= rows, g_row - g, -float("inf")))
+        x32 = xk.astype(ct.float32)
+        dy32 = dyk.astype(ct.float32)
 
-    # The state term first: r is read off it before the intra-chunk term joins the accumulator.
-    if BF16_MMA:  # astype is no operation on bf16 dstates: they enter the product as loaded
-        dxt = ct.mma(bk, ct.transpose(grad.astype(ct.bfloat16)), ct.zeros((Q, TILE_P), dtype=ct.float32))
-    else:
-        dxt = ct.mma(bk.astype(TF), ct.transpose(grad.astype(TF)), ct.zeros((Q, TILE_P), dtype=ct.float32))
-    dxt = dxt * ct.exp2(g_end - g)
-    r = d * ct.sum(x32 * dxt, axis=1, keepdims=True)  # (Q, 1)
-    if BF16_MMA:  # K rounded to bf16, dy bf16 as loaded
-        dxt = ct.mma(kt.astype(ct.bfloat16), dyk, dxt)
-    else:
-        dxt = ct.mma(kt.astype(TF), dyk.astype(TF), dxt)
-    out = d * dxt
-    if HAS_D:
-        out = out + ct.load(D, index=(hi,), shape=(1,)).reshape((1, 1)) * dy32
-    ct.store(dx, index=(bi, k, hi, 0), tile=out.astype(dx.dtype).reshape((1, Q, 1, TILE_P)))
-    ct.store(ddt_dir, index=(bi, hi, k), tile=ct.sum(x32 * dxt, axis=1).reshape((1, 1, Q)))
-    ct.store(dD_part, index=(hi, bi * ct.num_blocks(1) + k), tile=ct.sum(dy32 * x32, keepdims=True).reshape((1, 1)))
+        # The state term first: r is read off it before the intra-chunk term joins the accumulator.
+        if BF16_MMA:  # astype is no operation on bf16 dstates: they enter the product as loaded
+            dxt = ct.mma(bk, ct.transpose(grad.astype(ct.bfloat16)), ct.zeros((Q, TILE_P), dtype=ct.float32))
+        else:
+            dxt = ct.mma(bk.astype(TF), ct.transpose(grad.astype(TF)), ct.zeros((Q, TILE_P), dtype=ct.float32))
+        dxt = dxt * ct.exp2(g_end - g)
+        r = d * ct.sum(x32 * dxt, axis=1, keepdims=True)  # (Q, 1)
+        if BF16_MMA:  # K rounded to bf16, dy bf16 as loaded
+            dxt = ct.mma(kt.astype(ct.bfloat16), dyk, dxt)
+        else:
+            dxt = ct.mma(kt.astype(TF), dyk.astype(TF), dxt)
+        out = d * dxt
+        if HAS_D:
+            out = out + ct.load(D, index=(hi,), shape=(1,)).reshape((1, 1)) * dy32
+        ct.store(dx, index=(bi, k, hi, 0), tile=out.astype(dx.dtype).reshape((1, Q, 1, TILE_P)))
+        ct.store(ddt_dir, index=(bi, hi, k), tile=ct.sum(x32 * dxt, axis=1).reshape((1, 1, Q)))
+        ct.store(dD_part, index=(hi, bi * (last_chunk + 1) + k), tile=ct.sum(dy32 * x32, keepdims=True).reshape((1, 1)))
 
-    # Rᵀ[s, t] = (x_s · dy_t) Kᵀ[s, t] dt_s;  term1_j = Σ_{t>=j} Σ_{s<j} Rᵀ[s, t]: an exclusive prefix
-    # sum down the rows, then a masked sum along each row.
-    pairs = ct.mma(x_mm, ct.transpose(dy_mm), ct.zeros((Q, Q), dtype=ct.float32)) * kt * d
-    before = ct.cumsum(pairs, axis=0) - pairs  # [j, t] = Σ_{s<j} Rᵀ[s, t]
-    term1 = ct.sum(ct.where(cols >= rows, before, 0.0), axis=1, keepdims=True)
-    term2 = ct.cumsum(r, axis=0) - r
-    ct.store(da_intra, index=(bi, hi, k), tile=(term1 + term2).reshape((1, 1, Q)))
+        # Rᵀ[s, t] = (x_s · dy_t) Kᵀ[s, t] dt_s;  term1_j = Σ_{t>=j} Σ_{s<j} Rᵀ[s, t]: an exclusive prefix
+        # sum down the rows, then a masked sum along each row.
+        pairs = ct.mma(x_mm, ct.transpose(dy_mm), ct.zeros((Q, Q), dtype=ct.float32)) * kt * d
+        before = ct.cumsum(pairs, axis=0) - pairs  # [j, t] = Σ_{s<j} Rᵀ[s, t]
+        term1 = ct.sum(ct.where(cols >= rows, before, 0.0), axis=1, keepdims=True)
+        term2 = ct.cumsum(r, axis=0) - r
+        ct.store(da_intra, index=(bi, hi, k), tile=(term1 + term2).reshape((1, 1, Q)))
 
 
 @dataclass(frozen=True)
 class DxConfig:
-    """Hints of a bwd_dx launch (its program holds a whole chunk): occupancy and worker warps (0: the
-    compiler's choice). The default is the fastest measured at the training step's shape with bf16 inputs
-    (results/tuning_log.md); `default_dx_config` gives other dtypes occupancy 1."""
+    """Hints of a bwd_dx launch (its program holds a whole chunk at a time): occupancy, worker warps (0: the
+    compiler's choice) and the chunks a program takes in turn. The default is the fastest measured at the training
+    step's shape with bf16 inputs (results/tuning_log.md); `default_dx_config` gives other dtypes occupancy 1."""
 
     occupancy: int = 2
     worker_warps: int = 0
+    chunks: int = 1
 
 
 def default_dx_config(dtype: torch.dtype) -> DxConfig:
@@ -131,7 +147,7 @@ def dx_space(dtype: torch.dtype = torch.bfloat16) -> list[DxConfig]:
     """The configurations tuning times. Not occupancy 2 with float32 inputs: that has not been measured, and the
     fp32 kernel sits at the register limit at occupancy 2 (255 registers; 8 bytes of stack with D at sm_90)."""
     occupancies = (1,) if dtype == torch.float32 else (1, 2)
-    return [DxConfig(occ, warps) for occ in occupancies for warps in (0, 8)]
+    return [DxConfig(occ, 0, ch) for occ in occupancies for ch in (2, 4)] + [DxConfig(occupancies[-1], 0, 1)]
 
 
 def bwd_dx(
@@ -176,7 +192,8 @@ def bwd_dx(
     def spec(cfg: DxConfig) -> tuple[tuple[int, ...], object, tuple]:
         args = (x, dy, B, C, dt_out.view(rows), dA_g.view(rows), dstates, D32, *outs, h, h // g, chunk_size)
         args += (next_pow2(p), next_pow2(n), D is not None, x.dtype == torch.float32, x.dtype == torch.bfloat16, g_log2)
-        return (b * h, nchunks), with_hints(bwd_dx_kernel, cfg.occupancy, cfg.worker_warps), args
+        args += (cfg.chunks, nchunks - 1)
+        return (b * h, -(-nchunks // cfg.chunks)), with_hints(bwd_dx_kernel, cfg.occupancy, cfg.worker_warps), args
 
     key = shape_key(x, B, chunk_size)
     launch("bwd_dx", key, default_dx_config(x.dtype), lambda: dx_space(x.dtype), spec, x.device)
