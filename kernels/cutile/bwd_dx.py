@@ -130,17 +130,20 @@ def bwd_dx_kernel(
 @dataclass(frozen=True)
 class DxConfig:
     """Hints of a bwd_dx launch (its program holds a whole chunk at a time): occupancy, worker warps (0: the
-    compiler's choice) and the chunks a program takes in turn. The default is the fastest measured at the training
-    step's shape with bf16 inputs (results/tuning_log.md); `default_dx_config` gives other dtypes occupancy 1."""
+    compiler's choice) and the chunks a program takes in turn. The default is the fastest measured with bf16 inputs:
+    four chunks at occupancy 2, which tuning chose at the seed shape and both training-step layers (182, 140 and
+    141 us against 209, 161 and 160 with one chunk: results/tuning_log.md, "bwd_dx over four chunks");
+    `default_dx_config` gives other dtypes occupancy 1, one chunk a program."""
 
     occupancy: int = 2
     worker_warps: int = 0
-    chunks: int = 1
+    chunks: int = 4
 
 
 def default_dx_config(dtype: torch.dtype) -> DxConfig:
-    """The configuration used untuned: DxConfig() with bf16 inputs, where it was measured; occupancy 1 otherwise."""
-    return DxConfig() if dtype == torch.bfloat16 else DxConfig(occupancy=1)
+    """The configuration used untuned: DxConfig() with bf16 inputs, where it was measured; occupancy 1 and one chunk
+    a program otherwise (not measured there)."""
+    return DxConfig() if dtype == torch.bfloat16 else DxConfig(occupancy=1, chunks=1)
 
 
 def dx_space(dtype: torch.dtype = torch.bfloat16) -> list[DxConfig]:
