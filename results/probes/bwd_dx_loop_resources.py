@@ -1,7 +1,8 @@
 """Registers, spills and shared memory (sm_90) of bwd_dx builds whose program takes CHUNKS chunks in turn
-(results/variants/bwd_dx_chunk_loop.patch, bwd_dx_chunk_loop_dstates_latency.patch), at the seed's launch: the
-production kernel name below (results/kernels_h200_headline.json's profile) encodes its array constraints, and the
-variant's two added parameters (CHUNKS, a constant, and last_chunk, a 32-bit integer) are appended. Each occupancy
+(kernels/cutile/bwd_dx.py since 942c7ef; first run on the patches results/variants/bwd_dx_chunk_loop.patch and
+bwd_dx_chunk_loop_dstates_latency.patch, kept at commit 41807d7), at the seed's launch: the kernel name below (the
+one-chunk kernel's, from results/kernels_h200_headline.json's profile at 41807d7) encodes its array constraints, and
+the loop's two added parameters (CHUNKS, a constant, and last_chunk, a 32-bit integer) are appended. Each occupancy
 hint and chunk count asked for is compiled and read with cuobjdump (scripts/kernel_resources.py says how to get it):
 its shared memory shows whether the loop keeps a second buffer of tiles in flight.
 
