@@ -2,9 +2,9 @@
 
 Reference: `kernels.reference_backward.bwd_dx`, whose contract the host function keeps. A program takes CHUNKS
 consecutive chunks of one batch·head in turn, holding a whole chunk (Q tokens, all of p and n) in registers; its
-token tiles are loaded with a latency hint, so that at occupancy 1 the compiler double-buffers them (the next
-chunk's loads in flight while this one computes; at occupancy 2 the loop still halves the programs that wait on
-their first loads together). Per chunk:
+token tiles are loaded with a latency hint. At occupancy 1 the sm_90 build double-buffers them (180 KB of shared
+memory against 130), at occupancy 2 it does not; four chunks at occupancy 2 is the fastest measured (181 us against
+208 with one chunk at the seed shape, one process: results/tuning_log.md, "bwd_dx over four chunks"). Per chunk:
     CB  = C Bᵀ,  L[t, s] = exp(G_t − G_s) [s <= t] (masked before the exponential),  K = CB ∘ L
     dx̃  = Kᵀ dy + e ∘ (B Ĝᵀ)               e_s = exp(G_end − G_s), Ĝ the state gradient from bwd_pass_state
     dx  = dt ∘ dx̃ + D dy;   ddt_dir = rows of x ∘ dx̃;   r = dt ∘ rows of x ∘ (e ∘ B Ĝᵀ)
@@ -132,7 +132,8 @@ class DxConfig:
     """Hints of a bwd_dx launch (its program holds a whole chunk at a time): occupancy, worker warps (0: the
     compiler's choice) and the chunks a program takes in turn. The default is the fastest measured with bf16 inputs:
     four chunks at occupancy 2, which tuning chose at the seed shape and both training-step layers (182, 140 and
-    141 us against 209, 161 and 160 with one chunk: results/tuning_log.md, "bwd_dx over four chunks");
+    141 us; one chunk was tuned to 210, 161 and 160 in the series before: results/tuning_log.md, "bwd_dx over four
+    chunks");
     `default_dx_config` gives other dtypes occupancy 1, one chunk a program."""
 
     occupancy: int = 2
