@@ -63,6 +63,8 @@ def bwd_dx_kernel(
     bi = bh // NHEADS
     hi = bh % NHEADS
     gi = hi // HEADS_PER_GROUP
+    rows = ct.arange(Q, dtype=ct.int32).reshape((Q, 1))  # s
+    cols = ct.arange(Q, dtype=ct.int32).reshape((1, Q))  # t
     for step in range(CHUNKS):
         # CHUNKS consecutive chunks a program; past the end it takes the last chunk again (same values stored)
         k = ct.minimum(ct.bid(1) * CHUNKS + step, last_chunk)
@@ -87,8 +89,6 @@ def bwd_dx_kernel(
         )
         g_row = g.reshape((1, Q))
         g_end = ct.extract(g, index=(Q - 1, 0), shape=(1, 1))
-        rows = ct.arange(Q, dtype=ct.int32).reshape((Q, 1))  # s
-        cols = ct.arange(Q, dtype=ct.int32).reshape((1, Q))  # t
         if TF32:
             x_mm, dy_mm, b_mm, c_mm = xk.astype(TF), dyk.astype(TF), bk.astype(TF), ck.astype(TF)
         else:
