@@ -1,5 +1,5 @@
 """The step-time split on the CPU (host clock): the marks add up, are read late without loss, and a step
-missing a boundary is refused rather than read."""
+missing a boundary is refused rather than read; on a GPU, a CUDA graph replay keeps the tensors it captured alive."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch
 
 import kernels
 from lightning_modules.measure.step import Lagged, StepMarks, TimedStep
+from lightning_modules.measure.timing import graph_replay
 from lightning_modules.model.mamba2 import Mamba2Config, Mamba2LM, next_token_loss
 
 CPU = torch.device("cpu")
@@ -144,3 +145,22 @@ def test_step_timer_gathers_per_rank_times_and_the_ranks_largest_memory_peaks():
     assert with_memory["time/step_ms_max"] == 110.0
     assert (with_memory["memory/peak_gib"], with_memory["memory/reserved_gib"]) == (6.0, 8.0)
     assert without["time/step_ms_max"] == 60.0 and "memory/peak_gib" not in without
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_graph_replay_keeps_what_it_captured_alive():
+    """The replay holds the captured call, and with it the tensors only the call holds: once the allocator's cache
+    is emptied (as the next capture does) and new memory is taken, a replay still reads the call's own input."""
+    out = torch.empty(1 << 22, device="cuda")
+
+    def capture():
+        x = torch.full((1 << 22,), 3.0, device="cuda")  # held by the lambda alone
+        return graph_replay(lambda: torch.mul(x, 2.0, out=out))
+
+    replay = capture()
+    torch.cuda.empty_cache()
+    _filler = torch.zeros(1 << 22, device="cuda")  # would take x's memory were x freed
+    replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, torch.full_like(out, 6.0))

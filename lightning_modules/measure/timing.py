@@ -44,7 +44,9 @@ def wall_ms(fn: Callable[[], Any], calls: int) -> float:
 def graph_replay(call: Callable[[], Any]) -> Callable[[], None]:
     """`call` captured in a CUDA graph, after two warm-up calls on a side stream (as torch.cuda.graphs asks); returns
     the graph's replay. A replay launches every kernel at once from the host, so its time is the GPU's alone: what a
-    training step replayed as a CUDA graph sees of `call`."""
+    training step replayed as a CUDA graph sees of `call`. The replay holds `call` alive: the graph reads and writes
+    the tensors `call` holds, and were they freed, a later capture's `torch.cuda.graph` (which empties the allocator's
+    cache) could unmap their memory under the replay."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -54,7 +56,11 @@ def graph_replay(call: Callable[[], Any]) -> Callable[[], None]:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         call()
-    return graph.replay
+
+    def replay(_holds: Callable[[], Any] = call) -> None:
+        graph.replay()
+
+    return replay
 
 
 def busy_us(spans: list[tuple[float, float]]) -> float:
