@@ -184,12 +184,12 @@ def test_every_tuning_configuration_of_the_backward(stage, config):
 DX_LOOPS = [(dtype, cfg) for dtype in DTYPES for cfg in dx_space(dtype) if cfg.chunks > 1]
 
 
-@pytest.mark.parametrize("nchunks", [1, 4, 5])
+@pytest.mark.parametrize("nchunks", [1, 4, 5, 9])
 @pytest.mark.parametrize("dtype,config", DX_LOOPS, ids=IDS)
 def test_bwd_dx_taking_several_chunks_a_program(dtype, config, nchunks):
-    """Each configuration whose program takes several chunks in turn (2 or 4), forced, in every dtype against the
-    float64 stage: 4 chunks (a multiple of both), 5 (the last program takes the last chunk again) and a single chunk
-    (every step of the loop the same chunk); the last chunk short."""
+    """Each configuration whose program takes several chunks in turn (2, 4 or 8), forced, in every dtype against the
+    float64 stage: 4 chunks (a multiple of 2 and 4), 5 and 9 (the last program takes the last chunk again; 9 gives
+    8 chunks a second program) and a single chunk (every step of the loop the same chunk); the last chunk short."""
     chunk = 64
     t = stage_inputs(dtype, chunk, 64, 128, l=nchunks * chunk - 21, seed=SEEDS[dtype] + nchunks)
     t64 = {k: None if v is None else v.to(F64) for k, v in t.items()}

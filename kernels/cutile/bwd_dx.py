@@ -151,7 +151,7 @@ def dx_space(dtype: torch.dtype = torch.bfloat16) -> list[DxConfig]:
     """The configurations tuning times. Not occupancy 2 with float32 inputs: that has not been measured, and the
     fp32 kernel sits at the register limit at occupancy 2 (255 registers; 8 bytes of stack with D at sm_90)."""
     occupancies = (1,) if dtype == torch.float32 else (1, 2)
-    return [DxConfig(occ, 0, ch) for occ in occupancies for ch in (2, 4)] + [DxConfig(occupancies[-1], 0, 1)]
+    return [DxConfig(occ, 0, ch) for occ in occupancies for ch in (2, 4, 8)] + [DxConfig(occupancies[-1], 0, 1)]
 
 
 def bwd_dx(
