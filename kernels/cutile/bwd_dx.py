@@ -3,8 +3,9 @@
 Reference: `kernels.reference_backward.bwd_dx`, whose contract the host function keeps. A program takes CHUNKS
 consecutive chunks of one batch·head in turn, holding a whole chunk (Q tokens, all of p and n) in registers; its
 token tiles are loaded with a latency hint. At occupancy 1 the sm_90 build double-buffers them (180 KB of shared
-memory against 130), at occupancy 2 it does not; four chunks at occupancy 2 is the fastest measured (181 us against
-208 with one chunk at the seed shape, one process: results/tuning_log.md, "bwd_dx over four chunks"). Per chunk:
+memory against 130), at occupancy 2 it does not; eight chunks at occupancy 2 is the fastest measured (at the seed shape,
+176 us against four chunks' 182 in one process; four against one chunk, 181 against 208 in another:
+results/tuning_log.md, "bwd_dx over four chunks" and "bwd_dx over eight chunks"). Per chunk:
     CB  = C Bᵀ,  L[t, s] = exp(G_t − G_s) [s <= t] (masked before the exponential),  K = CB ∘ L
     dx̃  = Kᵀ dy + e ∘ (B Ĝᵀ)               e_s = exp(G_end − G_s), Ĝ the state gradient from bwd_pass_state
     dx  = dt ∘ dx̃ + D dy;   ddt_dir = rows of x ∘ dx̃;   r = dt ∘ rows of x ∘ (e ∘ B Ĝᵀ)
@@ -131,14 +132,14 @@ def bwd_dx_kernel(
 class DxConfig:
     """Hints of a bwd_dx launch (its program holds a whole chunk at a time): occupancy, worker warps (0: the
     compiler's choice) and the chunks a program takes in turn. The default is the fastest measured with bf16 inputs:
-    four chunks at occupancy 2, which tuning chose at the seed shape and both training-step layers (182, 140 and
-    141 us; one chunk was tuned to 210, 161 and 160 in the series before: results/tuning_log.md, "bwd_dx over four
-    chunks");
+    eight chunks at occupancy 2, which tuning chose at the seed shape and both training-step layers (178, 136 and
+    135 us; four chunks were tuned to 182, 140 and 141 in the series before: results/tuning_log.md, "bwd_dx over
+    eight chunks");
     `default_dx_config` gives other dtypes occupancy 1, one chunk a program."""
 
     occupancy: int = 2
     worker_warps: int = 0
-    chunks: int = 4
+    chunks: int = 8
 
 
 def default_dx_config(dtype: torch.dtype) -> DxConfig:
