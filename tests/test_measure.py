@@ -159,6 +159,7 @@ def test_graph_replay_keeps_what_it_captured_alive():
         return graph_replay(lambda: torch.mul(x, 2.0, out=out))
 
     replay = capture()
+    out.zero_()  # the warm-up calls and the capture wrote it; the replay must write it again
     torch.cuda.empty_cache()
     _filler = torch.zeros(1 << 22, device="cuda")  # would take x's memory were x freed
     replay()
