@@ -24,6 +24,7 @@ import bench_kernels  # noqa: E402
 
 from kernels.cutile import state_walks, tuning  # noqa: E402
 from kernels.cutile.bwd_dx import DxConfig  # noqa: E402
+from kernels.testing import rel_err  # noqa: E402
 from lightning_modules.measure.timing import graph_replay  # noqa: E402
 
 
@@ -41,9 +42,8 @@ def main() -> None:
     label = (
         f"{args.variant} autotune={args.autotune} walks={args.walks!r} dx_chunks={args.dx_chunks} shape={args.shape}"
     )
-    with contextlib.ExitStack() as stack:
-        if args.dx_chunks:
-            stack.enter_context(tuning.forced("bwd_dx", DxConfig(2, 0, args.dx_chunks)))
+    forced = tuning.forced("bwd_dx", DxConfig(2, 0, args.dx_chunks)) if args.dx_chunks else contextlib.nullcontext()
+    with forced:
         print(check(args, label), flush=True)
 
 
@@ -58,9 +58,7 @@ def check(args: argparse.Namespace, label: str) -> str:
         for _ in range(args.replays):
             replay()
         torch.cuda.synchronize()
-        diff = max(
-            ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item() for a, b in zip(got, want)
-        )
+        diff = max(rel_err(a, b) for a, b in zip(got, want))
         return f"OK   {label}: replays {args.replays}, largest relative difference {diff:.2e}"
     except Exception as e:
         return f"FAIL {label}: {type(e).__name__}: {str(e).splitlines()[0]}"
