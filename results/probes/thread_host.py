@@ -17,6 +17,7 @@ Host microseconds per call: the median over 5 rounds of `--calls` back-to-back c
 state; slower on autograd's thread only, at what the engine sets around a backward (its stream and device guards).
 
     python results/probes/thread_host.py [--calls 50]      # on a GPU, after scripts/precompile.py --shapes seed
+    python results/probes/thread_host.py --untuned          # the default configurations: nothing to tune
 """
 
 from __future__ import annotations
@@ -120,8 +121,11 @@ def parts() -> dict[str, Callable[[], object]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=50, help="calls per round")
+    ap.add_argument(
+        "--untuned", action="store_true", help="launch the default configurations (no tuning: host times barely differ)"
+    )
     args = ap.parse_args()
-    kernels.set_autotune(True)
+    kernels.set_autotune(not args.untuned)
     fns = parts()
     for fn in fns.values():  # compile, tune and warm every part first
         fn()
