@@ -625,6 +625,7 @@ def test_the_backward_walks_run_as_walks_says(monkeypatch, walks):
 
     import cuda.tile as ct
 
+    from kernels.cutile import launch as launch_module
     from kernels.cutile import state_walks, tuning
     from kernels.reference_backward import ssd_backward
 
@@ -653,6 +654,7 @@ def test_the_backward_walks_run_as_walks_says(monkeypatch, walks):
     monkeypatch.setattr(ct, "launch", launch)
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current[-1])
+    monkeypatch.setattr(launch_module, "raw_stream", lambda device: current[-1])  # what launches take
     monkeypatch.setattr(torch.cuda, "Stream", lambda device: Stream("second"))
     monkeypatch.setattr(torch.cuda, "stream", on)
     monkeypatch.setattr(tuning, "_gpu_key", lambda device: "cpu")
