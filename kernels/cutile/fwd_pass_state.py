@@ -164,6 +164,18 @@ class StateConfig:
     chunks_per_step: int = 1  # fwd_pass_state's STEP; bwd_pass_state steps one chunk an iteration
 
 
+def default_state_config(dtype: torch.dtype, headdim: int, dstate: int, chunk_size: int) -> StateConfig:
+    """fwd_pass_state's configuration untuned. With bf16 inputs, head dim at least 64 and chunks of at most 128
+    tokens: the 64 x 32 tile taking two chunks an iteration at occupancy 4, the fastest of the tune space at the seed
+    shape (88.6 us against StateConfig()'s 169.5 in one sweep: results/probes/
+    fwd_pass_state_products_from_zero_2026-12-03.txt) and tuning's choice at 12 of the 16 shapes of bench_kernels'
+    sweep (at head dim 128 with state 128 it chose occupancy 2: results/kernels_h200_sweep.json). StateConfig()
+    otherwise, where nothing was measured."""
+    if dtype == torch.bfloat16 and headdim >= 64 and dstate >= 32 and chunk_size <= 128:
+        return StateConfig(TILE_P=64, TILE_N=32, latency=4, occupancy=4, chunks_per_step=2)
+    return StateConfig()
+
+
 def search_space(headdim: int, dstate: int, chunk_size: int | None = None) -> list[StateConfig]:
     """Configurations worth timing for this head dim and state dim; given fwd_pass_state's `chunk_size`, also walks
     taking two chunks an iteration where it is at most 128 (at 256 their builds spill over a kilobyte), for the
@@ -210,7 +222,8 @@ def fwd_pass_state(
         return grid, with_hints(fwd_pass_state_kernel, cfg.occupancy), args
 
     key = shape_key(x, B, chunk_size)
-    launch("fwd_pass_state", key, StateConfig(), lambda: search_space(p, n, chunk_size), spec, x.device)
+    default = default_state_config(x.dtype, p, n, chunk_size)
+    launch("fwd_pass_state", key, default, lambda: search_space(p, n, chunk_size), spec, x.device)
     return arrays[5], arrays[6]
 
 
