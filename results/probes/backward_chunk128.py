@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import statistics
 import sys
 from pathlib import Path
 
@@ -37,7 +36,7 @@ from kernels.cutile.variant import load_variant  # noqa: E402
 from kernels.reference_backward import Passes  # noqa: E402
 from kernels.testing import rel_err  # noqa: E402
 from lightning_modules.measure.kernel_names import short_name  # noqa: E402
-from lightning_modules.measure.timing import gpu_kernel_ms  # noqa: E402
+from lightning_modules.measure.timing import gpu_kernel_ms, summarize  # noqa: E402
 
 WALKS = StateConfig(64, 32, 4, 2, 2)
 
@@ -102,12 +101,12 @@ def main() -> int:
             for kernel, ms in result["by_kernel"].items():
                 by_kernel[name].setdefault(short_name(kernel), []).append(ms)
     for name in sides:
-        t = times[name]
+        st = summarize(times[name])
         print(
-            f"{name}: forward + backward {statistics.median(t) * 1e3:.1f} us GPU [{min(t) * 1e3:.1f}-{max(t) * 1e3:.1f}]"
+            f"{name}: forward + backward {st['median'] * 1e3:.1f} us GPU [{st['min'] * 1e3:.1f}-{st['max'] * 1e3:.1f}]"
         )
         for kernel, ms in by_kernel[name].items():
-            print(f"    {kernel:40s} {statistics.median(ms) * 1e3:8.1f} us")
+            print(f"    {kernel:40s} {summarize(ms)['median'] * 1e3:8.1f} us")
     return 0
 
 

@@ -9,7 +9,7 @@ the median of --rounds rounds of --calls calls, configurations alternating withi
 from __future__ import annotations
 
 import argparse
-import statistics
+import functools
 import sys
 from pathlib import Path
 
@@ -24,7 +24,7 @@ from kernels.cutile import state_walks, tuning  # noqa: E402
 from kernels.cutile.chunk_cumsum import chunk_cumsum  # noqa: E402
 from kernels.cutile.fwd_pass_state import StateConfig  # noqa: E402
 from kernels.cutile.ssd import BACKWARD_CHUNK  # noqa: E402
-from lightning_modules.measure.timing import gpu_kernel_ms  # noqa: E402
+from lightning_modules.measure.timing import gpu_kernel_ms, summarize  # noqa: E402
 
 CONFIGS = {
     "StateConfig() (default)": StateConfig(),
@@ -45,10 +45,7 @@ def main() -> int:
         dt_out, dA = chunk_cumsum(t["dt"], t["A"], BACKWARD_CHUNK, t["dt_bias"], True)
         dy = torch.randn_like(t["x"])
 
-        walk_args = (t["x"], t["B"], dt_out, dA, None, dy, t["C"], None)
-
-        def walks(walk_args=walk_args):
-            return state_walks.state_walks(*walk_args)
+        walks = functools.partial(state_walks.state_walks, t["x"], t["B"], dt_out, dA, None, dy, t["C"], None)
 
         times: dict[str, list[float]] = {name: [] for name in CONFIGS}
         for _ in range(args.rounds):
@@ -60,7 +57,8 @@ def main() -> int:
             f"{shape_name} (b {shape.batch}, L {shape.seqlen}, h {shape.nheads}), chunk {BACKWARD_CHUNK}:", flush=True
         )
         for name, us in times.items():
-            print(f"    {statistics.median(us):7.1f} us [{min(us):.1f}-{max(us):.1f}]  {name}", flush=True)
+            st = summarize(us)
+            print(f"    {st['median']:7.1f} us [{st['min']:.1f}-{st['max']:.1f}]  {name}", flush=True)
     return 0
 
 
