@@ -70,12 +70,13 @@ def mock_cuda() -> list[tuple]:
     """Let the cuTile host code run on CPU tensors: launches recorded (their arguments) and dropped."""
     import cuda.tile as ct
 
-    from kernels.cutile import ssd, state_walks, tuning
+    from kernels.cutile import launch, ssd, state_walks, tuning
 
     launched: list[tuple] = []
     ct.launch = lambda stream, grid, kernel, args: launched.append(args)
     torch.cuda.device = lambda device: contextlib.nullcontext()
     torch.cuda.current_stream = lambda device=None: None
+    launch.raw_stream = lambda device: 0  # a CPU build of torch has no CUDA stream to read
     tuning._gpu_key = lambda device: "cpu"
     ssd.check_inputs = lambda *args: None  # it refuses CPU tensors
     if state_walks.WALKS == "aside":  # no second CUDA stream on the CPU
