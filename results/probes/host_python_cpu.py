@@ -41,6 +41,7 @@ def main() -> None:
     launch.ct = type("NoLaunch", (), {"launch": staticmethod(lambda stream, grid, kernel, args: None)})
     torch.cuda.device = lambda device: contextlib.nullcontext()
     torch.cuda.current_stream = lambda device=None: None
+    launch.raw_stream = lambda device: 0  # a CPU build of torch has no CUDA stream to read
     tuning._gpu_key = lambda device: "cpu"
     torch.set_num_threads(1)
     t = stage_inputs(torch.bfloat16, 128, 64, 128, l=1024, seed=0, device="cpu")
