@@ -26,7 +26,7 @@ side stream): the records then count the "AccumulateGrad node's stream" warnings
 `--devices 1` times the single phase only. The JSON is written by rank 0 after every variant.
 
     python scripts/bench_scaling.py --quick --devices 2 --modes eager --out results/scaling.json
-    python scripts/bench_scaling.py --configs tiny --seqlen 64 --batch 2 --devices 2 --device cpu --backends torch
+    python scripts/bench_scaling.py --config tiny --seqlen 64 --batch 2 --devices 2 --device cpu --backends torch
 """
 
 from __future__ import annotations
