@@ -66,14 +66,15 @@ def group(func: tuple[str, int, str]) -> str:
     return GROUPS[4]
 
 
-def mock_cuda() -> list[tuple]:
-    """Let the cuTile host code run on CPU tensors: launches recorded (their arguments) and dropped."""
+def mock_cuda(record: bool = True) -> list[tuple]:
+    """Let the cuTile host code run on CPU tensors: launches dropped, their arguments recorded in the list returned
+    unless `record` is False (host_python_cpu.py, which calls the stages thousands of times, keeps none)."""
     import cuda.tile as ct
 
     from kernels.cutile import launch, ssd, state_walks, tuning
 
     launched: list[tuple] = []
-    ct.launch = lambda stream, grid, kernel, args: launched.append(args)
+    ct.launch = (lambda stream, grid, kernel, args: launched.append(args)) if record else (lambda *_: None)
     torch.cuda.device = lambda device: contextlib.nullcontext()
     torch.cuda.current_stream = lambda device=None: None
     launch.raw_stream = lambda device: 0  # a CPU build of torch has no CUDA stream to read

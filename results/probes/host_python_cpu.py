@@ -1,5 +1,5 @@
 """The host functions' own Python per cuTile stage, on a CPU: the forward's three stages with cuTile's launch, the
-device guard, the current stream and tuning's GPU name replaced by no-ops, on CPU tensors. What remains is what
+device guard, the current stream and tuning's GPU name replaced by no-ops (host_path.mock_cuda), on CPU tensors. What remains is what
 this project's code does per call (tuning's lookup, the launch spec, views, the output's allocation on the CPU):
 the part of a stage's host time that is not torch's CUDA calls or cuTile's launch.
 
@@ -8,7 +8,6 @@ the part of a stage's host time that is not torch's CUDA calls or cuTile's launc
 
 from __future__ import annotations
 
-import contextlib
 import cProfile
 import pstats
 import sys
@@ -21,7 +20,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kernels.cutile import launch, tuning
+from host_path import mock_cuda  # beside this file: results/probes is the script directory on sys.path
+
 from kernels.cutile.chunk_cumsum import chunk_cumsum
 from kernels.cutile.compute_out import compute_out
 from kernels.cutile.fwd_pass_state import fwd_pass_state
@@ -38,11 +38,7 @@ def host_us(call: Callable[[], object], n: int = 2000) -> float:
 
 
 def main() -> None:
-    launch.ct = type("NoLaunch", (), {"launch": staticmethod(lambda stream, grid, kernel, args: None)})
-    torch.cuda.device = lambda device: contextlib.nullcontext()
-    torch.cuda.current_stream = lambda device=None: None
-    launch.raw_stream = lambda device: 0  # a CPU build of torch has no CUDA stream to read
-    tuning._gpu_key = lambda device: "cpu"
+    mock_cuda(record=False)
     torch.set_num_threads(1)
     t = stage_inputs(torch.bfloat16, 128, 64, 128, l=1024, seed=0, device="cpu")
     dt_out, dA, D = (t[k].to(torch.float32) for k in ("dt_out", "dA_cumsum", "D"))
