@@ -21,8 +21,8 @@ from torchmetrics import MeanMetric
 import kernels
 import lightning_modules.strategies  # noqa: F401  (registers the "ddp" and "fsdp" strategies)
 from kernels.timing import Mark
-from lightning_modules.measure.environment import code_fingerprint
-from lightning_modules.model.mamba2 import Mamba2Config, Mamba2LM, layer_backend, next_token_loss
+from lightning_modules.environment import code_fingerprint
+from model.mamba2 import Mamba2Config, Mamba2LM, layer_backend, next_token_loss
 
 COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile's
 

@@ -7,13 +7,13 @@
     time/ssd_forward_ms, time/ssd_backward_ms   time inside kernels.ssd (eager only: see kernels.timing)
     time/timer_host_ms  host time this callback spent in its hooks during the step (its own cost)
     throughput/tokens_per_s                     all ranks' tokens over the step time
-    perf/mfu            train FLOPs/token (lightning_modules.model.flops) x tokens/s over the GPUs' bf16 peak
+    perf/mfu            train FLOPs/token (model.flops) x tokens/s over the GPUs' bf16 peak
     memory/peak_gib     peak allocated CUDA memory in the step (max over ranks)
     memory/reserved_gib peak memory the allocator held in the step, CUDA graphs' pools included (max over ranks)
     memory/above_start_gib  the allocated peak less what was allocated when the step began (max over ranks)
     time/step_ms_max, time/step_ms_rank{r}      per-rank step times gathered, so a slow rank shows
 
-The split is lightning_modules.measure.step.StepMarks. Its marks are read `lag` steps late (default
+The split is lightning_modules.step_marks.StepMarks. Its marks are read `lag` steps late (default
 one): the host waits for step N-1's last event after queueing step N, so the GPU is never left idle
 by the measurement. Under DDP the per-rank times are gathered every `gather_every` steps (a gather is
 a synchronization). Records are logged with the step they belong to. The first `warmup_steps` steps
@@ -34,9 +34,9 @@ from lightning.pytorch.callbacks import Callback
 
 import kernels
 from kernels.timing import Mark
-from lightning_modules.measure.environment import environment, peak_tflops
-from lightning_modules.measure.step import Lagged, StepMarks
-from lightning_modules.model.flops import train_flops_per_token
+from lightning_modules.environment import environment, peak_tflops
+from lightning_modules.step_marks import Lagged, StepMarks
+from model.flops import train_flops_per_token
 
 
 class StepTimer(Callback):

@@ -1,4 +1,4 @@
-"""Shared by the GPU tests: the skip marker, tolerances, the backend call (the error measure: kernels.testing.rel_err)."""
+"""Shared by the GPU tests: the skip marker, tolerances, the backend call (the error measure: bench.inputs.rel_err)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,11 @@ pytestmark = pytest.mark.slow
 
 def _run(script: str, *args: str) -> subprocess.CompletedProcess:
     done = subprocess.run(
-        [sys.executable, f"scripts/{script}", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", f"bench.{script.removesuffix('.py')}", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return done
@@ -61,8 +65,7 @@ def test_bench_kernels_writes_json(tmp_path):
 def test_bench_kernels_times_a_forward_for_a_backend_asked_for_only_with_its_backward():
     """`--backends cutile:cutile,triton` still times the cuTile forward (as "cutile"): the backward's share is
     forward + backward less forward, both from one process. Here the torch backend stands in for cutile."""
-    sys.path.insert(0, str(ROOT))
-    from scripts import bench_kernels
+    from bench import bench_kernels
 
     assert bench_kernels.forward_variants(["cutile:cutile", "triton", "cutile"]) == ["cutile", "triton"]
     records = bench_kernels.bench_shape(bench_kernels.TINY[0], ["torch:cutile"], ["fwd"], 1, 1, "cpu")
@@ -70,8 +73,7 @@ def test_bench_kernels_times_a_forward_for_a_backend_asked_for_only_with_its_bac
 
 
 def test_bench_kernels_backward_shares_subtract_each_backends_forward():
-    sys.path.insert(0, str(ROOT))
-    from scripts import bench_kernels
+    from bench import bench_kernels
 
     def rec(mode, backend, backward, gpu_ms):  # as bench_shape writes them, at one shape
         shape = {"batch": 1, "seqlen": 96}
@@ -98,7 +100,7 @@ def test_bench_kernels_backward_shares_subtract_each_backends_forward():
 def test_bench_kernels_refuses_unknown_modes_and_shapes_in_one_line(tmp_path):
     for option, value, unknown in (("--modes", "fwd,bogus", "'bogus'"), ("--shapes", "seed,huge", "'huge'")):
         done = subprocess.run(
-            [sys.executable, "scripts/bench_kernels.py", option, value, "--out", str(tmp_path / "k.json")],
+            [sys.executable, "-m", "bench.bench_kernels", option, value, "--out", str(tmp_path / "k.json")],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -148,7 +150,8 @@ def test_bench_step_refuses_unknown_variants():
     done = subprocess.run(
         [
             sys.executable,
-            "scripts/bench_step.py",
+            "-m",
+            "bench.bench_step",
             "--backends",
             "torch,triton+fast,triton+conv+conv",
             "--configs",
@@ -171,7 +174,7 @@ def test_ab_kernels_runs_each_tree_in_its_own_process(tmp_path):
     out = tmp_path / "ab"
     bench = ("--shapes", "tiny", "--backends", "torch", "--modes", "fwd", "--repeats", "2", "--calls", "2")
     done = subprocess.run(
-        ["bash", "scripts/ab_kernels.sh", str(out), "2", f"work={ROOT}", f"bad={bad.parent}", "--", *bench],
+        ["bash", "bench/ab_kernels.sh", str(out), "2", f"work={ROOT}", f"bad={bad.parent}", "--", *bench],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -199,7 +202,7 @@ def test_ab_kernels_runs_each_tree_in_its_own_process(tmp_path):
 def test_ab_kernels_refuses_bad_arguments_before_running(tmp_path, rounds, trees, message):
     args = [t.format(root=ROOT, tmp=tmp_path) for t in trees]
     done = subprocess.run(
-        ["bash", "scripts/ab_kernels.sh", str(tmp_path / "ab"), rounds, *args],
+        ["bash", "bench/ab_kernels.sh", str(tmp_path / "ab"), rounds, *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -214,7 +217,7 @@ def test_ab_kernels_stops_at_ctrl_c(tmp_path):
     out = tmp_path / "ab"
     bench = ("--shapes", "tiny", "--backends", "torch", "--modes", "fwd", "--repeats", "2", "--calls", "2")
     proc = subprocess.Popen(
-        ["bash", "scripts/ab_kernels.sh", str(out), "3", f"a={ROOT}", f"b={ROOT}", "--", *bench],
+        ["bash", "bench/ab_kernels.sh", str(out), "3", f"a={ROOT}", f"b={ROOT}", "--", *bench],
         cwd=ROOT,
         stderr=subprocess.PIPE,
         text=True,
@@ -248,7 +251,7 @@ def test_gpu_check_names_the_stuck_test_and_where_it_waits(tmp_path):
     )
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0", "GPU_CHECK_TIMEOUT": "20", "GPU_CHECK_STACK": "3"}
     done = subprocess.run(
-        ["bash", str(ROOT / "scripts/gpu_check.sh"), str(tmp_path / "out"), "1", "tests"],
+        ["bash", str(ROOT / "bench/gpu_check.sh"), str(tmp_path / "out"), "1", "tests"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -265,8 +268,7 @@ def test_gpu_check_names_the_stuck_test_and_where_it_waits(tmp_path):
 def test_bench_step_keeps_the_other_rows_when_a_variant_fails(tmp_path, monkeypatch, capsys):
     """A variant failing in warm-up (here the stand-in SSD raising) costs its row, recorded with its error and
     printed as one line; the other variants of the cell are measured."""
-    sys.path.insert(0, str(ROOT))
-    from scripts import bench_step
+    from bench import bench_step
 
     def broken(*args, **kwargs):
         raise RuntimeError("stand-in broken on purpose")
@@ -285,7 +287,7 @@ def test_bench_step_keeps_the_other_rows_when_a_variant_fails(tmp_path, monkeypa
 
 def test_gpu_time_counts_overlapping_kernels_once():
     """GPU time is the union of the kernels' intervals: kernels on two streams at once count once, gaps not at all."""
-    from lightning_modules.measure.timing import busy_us
+    from bench.timing import busy_us
 
     assert busy_us([]) == 0
     assert busy_us([(0, 4), (10, 13)]) == 7  # one stream: the durations' sum

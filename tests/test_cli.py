@@ -13,7 +13,7 @@ import yaml
 
 import train
 from lightning_modules.language_model import COMPILE_MODES
-from lightning_modules.model.mamba2 import Mamba2Config
+from model.mamba2 import Mamba2Config
 from tests.helpers import default_sigint, run_script, tiny_args
 from tests.test_errors import _fails_in_one_line
 

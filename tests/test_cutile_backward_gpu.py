@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import kernels
-from kernels.testing import random_inputs, rel_err
-from lightning_modules.measure.timing import graph_replay
+from bench.inputs import random_inputs, rel_err
+from bench.timing import graph_replay
 from tests.gpu_common import CUTILE, INPUTS, SEEDS, TOL, run
 
 pytestmark = CUTILE

@@ -11,8 +11,9 @@ import stat
 import pytest
 import torch
 
-from kernels.cutile import aot, toolchain
+from bench import aot
 from kernels.cutile import ssd as cutile_ssd
+from kernels.cutile import toolchain
 
 
 @pytest.mark.slow

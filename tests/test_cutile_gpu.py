@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import kernels
+from bench.inputs import random_inputs, rel_err
 from kernels.reference import ssd_recurrent
-from kernels.testing import random_inputs, rel_err
 from tests.gpu_common import CUTILE, SEEDS, TOL, run
 
 pytestmark = CUTILE

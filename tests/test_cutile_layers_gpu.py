@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bench.inputs import rel_err
 from kernels.cutile import tuning
 from kernels.cutile.causal_conv import bwd_space as conv_bwd_space
 from kernels.cutile.causal_conv import causal_conv1d_silu as cutile_conv
@@ -15,9 +16,8 @@ from kernels.cutile.causal_conv import fwd_space as conv_fwd_space
 from kernels.cutile.rms_norm import bwd_space as norm_bwd_space
 from kernels.cutile.rms_norm import fwd_space as norm_fwd_space
 from kernels.cutile.rms_norm import rms_norm as cutile_norm
-from kernels.testing import rel_err
-from lightning_modules.model.layers import causal_conv1d_silu, rms_norm
-from lightning_modules.model.mamba2 import Mamba2Config, Mamba2LM
+from model.layers import causal_conv1d_silu, rms_norm
+from model.mamba2 import Mamba2Config, Mamba2LM
 from tests.gpu_common import CUTILE
 
 pytestmark = CUTILE

@@ -11,6 +11,7 @@ import itertools
 import pytest
 import torch
 
+from bench.inputs import rel_err, stage_inputs
 from kernels import reference
 from kernels import reference_backward as ref_bwd
 from kernels.cutile import state_walks, tuning
@@ -23,7 +24,6 @@ from kernels.cutile.compute_out import compute_out
 from kernels.cutile.compute_out import search_space as out_space
 from kernels.cutile.fwd_pass_state import fwd_pass_state, states_dtype
 from kernels.cutile.fwd_pass_state import search_space as state_space  # chunk_cumsum_bwd's holds the name
-from kernels.testing import rel_err, stage_inputs
 from tests.gpu_common import CUTILE, SEEDS, TOL
 
 pytestmark = CUTILE

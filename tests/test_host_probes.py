@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_host_path_mock_enqueues_the_cutile_forward_and_backward():
-    done = run_script("results/probes/host_path.py", "--shapes", "tiny", "--mock", "--calls", "2", timeout=300)
+    done = run_script("-m", "bench.probes.host_path", "--shapes", "tiny", "--mock", "--calls", "2", timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     line = re.search(r"cutile:cutile tiny .*: host (\d+) us a call, (\d+) launches mocked", done.stdout)
     assert line, done.stdout[-2000:]
@@ -24,7 +24,7 @@ def test_host_path_mock_enqueues_the_cutile_forward_and_backward():
 
 
 def test_host_python_cpu_times_each_forward_stage():
-    done = run_script("results/probes/host_python_cpu.py", timeout=300)
+    done = run_script("-m", "bench.probes.host_python_cpu", timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     for stage in ("chunk_cumsum", "fwd_pass_state", "compute_out", "torch.empty"):
         assert re.search(rf"^{re.escape(stage)} +\d+\.\d us a call$", done.stdout, re.M), done.stdout[-2000:]

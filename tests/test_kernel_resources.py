@@ -1,4 +1,4 @@
-"""scripts/kernel_resources.py --launched, on the CPU: a kernel name as a GPU profile shows it gives back that
+"""bench/kernel_resources.py --launched, on the CPU: a kernel name as a GPU profile shows it gives back that
 launch's specialization, from the production module or from a changed copy; and one launched specialization's build
 read with cuobjdump (requirements-dev.txt's nvidia-cuda-cuobjdump)."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from cuda.tile import compilation as ctc
 
+from bench import kernel_resources
 from kernels.cutile import causal_conv, fwd_pass_state
-from scripts import kernel_resources
 
 # conv_bwd_gv_kernel in the specialization the medium model's compiled step launched the conv's one-pass backward
 # kernel in (results/step_h200_layers_quick.json's profile; the gv kernel took over its parameters), with the runtime
@@ -56,7 +56,7 @@ def test_a_launched_name_from_a_changed_copy(tmp_path):
     copy.write_text(Path(causal_conv.__file__).read_text() + "\nMARK = 1\n")
     _, kernel, _ = kernel_resources.launched(LAUNCHED, str(copy))
     assert kernel is not causal_conv.conv_bwd_gv_kernel
-    copied = sys.modules["probe_causal_conv_copy"]  # kernels.cutile.variant's name for the copy
+    copied = sys.modules["probe_causal_conv_copy"]  # bench.variants's name for the copy
     assert copied.conv_bwd_gv_kernel is kernel and copied.MARK == 1
 
 

@@ -10,9 +10,9 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from torch.utils.data import DataLoader
 
+from lightning_modules.environment import code_fingerprint
 from lightning_modules.language_model import LanguageModel, key_compile_caches
-from lightning_modules.measure.environment import code_fingerprint
-from lightning_modules.model.mamba2 import Mamba2Config
+from model.mamba2 import Mamba2Config
 
 CONFIG = dict(vocab_size=61, d_model=32, n_layer=2, d_state=8, headdim=16, chunk_size=8, ssd_backend="torch")
 

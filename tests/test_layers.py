@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lightning_modules.model.layers import causal_conv1d_silu, rms_norm, split_linear
-from lightning_modules.model.loss import linear_cross_entropy
+from model.layers import causal_conv1d_silu, rms_norm, split_linear
+from model.loss import linear_cross_entropy
 
 TIGHT = dict(rtol=1e-10, atol=1e-12)
 

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 import kernels
-from lightning_modules.measure.step import Lagged, StepMarks, TimedStep
-from lightning_modules.measure.timing import graph_replay
-from lightning_modules.model.mamba2 import Mamba2Config, Mamba2LM, next_token_loss
+from bench.step import TimedStep
+from bench.timing import graph_replay
+from lightning_modules.step_marks import Lagged, StepMarks
+from model.mamba2 import Mamba2Config, Mamba2LM, next_token_loss
 
 CPU = torch.device("cpu")
 
@@ -82,7 +83,7 @@ def test_timed_step_trains_and_keeps_each_steps_own_ssd_time():
 
 
 def test_code_fingerprint_names_the_code_not_its_caches(tmp_path):
-    from lightning_modules.measure.environment import code_fingerprint
+    from lightning_modules.environment import code_fingerprint
 
     (tmp_path / "kernels" / "__pycache__").mkdir(parents=True)
     (tmp_path / "configs").mkdir()
@@ -103,7 +104,7 @@ def test_code_fingerprint_names_the_code_not_its_caches(tmp_path):
 def test_commit_is_only_read_from_this_projects_own_checkout(tmp_path):
     import subprocess
 
-    from lightning_modules.measure.environment import _git_commit
+    from lightning_modules.environment import _git_commit
 
     outer = tmp_path / "outer"
     (outer / "copy" / "kernels").mkdir(parents=True)

@@ -12,9 +12,9 @@ import torch.nn.functional as F
 
 import kernels
 from kernels.reference import ssd_chunked
-from lightning_modules.model import mamba2
-from lightning_modules.model.layers import causal_conv1d_silu
-from lightning_modules.model.mamba2 import Mamba2Config, Mamba2LM, layer_backend, next_token_loss
+from model import mamba2
+from model.layers import causal_conv1d_silu
+from model.mamba2 import Mamba2Config, Mamba2LM, layer_backend, next_token_loss
 
 CFG = dict(vocab_size=97, d_model=32, n_layer=2, d_state=8, headdim=16, ngroups=2, chunk_size=8)
 

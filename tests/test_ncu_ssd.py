@@ -1,4 +1,4 @@
-"""scripts/ncu_ssd.py's summary of an exported ncu raw page (the profiling itself needs a GPU and ncu)."""
+"""bench/ncu_ssd.py's summary of an exported ncu raw page (the profiling itself needs a GPU and ncu)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import csv
 
 from cuda.tile import compilation as ctc
 
-from kernels.cutile import aot
-from scripts.ncu_ssd import main, source_summary, summarize, trim
+from bench import aot
+from bench.ncu_ssd import main, source_summary, summarize, trim
 
 STALLS = ("long_scoreboard", "barrier", "math_pipe_throttle", "wait", "selected")
 HEADER = ["ID", "Kernel Name", "gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum"]
@@ -37,7 +37,7 @@ def test_the_table_scales_units_and_ranks_the_stalls(tmp_path, capsys):
     )
     lines = summarize(path).splitlines()
     assert len(lines) == 3 and lines[0].startswith("kernel") and "top stalls" in lines[0]
-    # names as BENCHMARKS.md shows them (scripts/report.py): a cuTile kernel's stage, another kernel's function
+    # names as BENCHMARKS.md shows them (bench/report.py): a cuTile kernel's stage, another kernel's function
     assert lines[1][:48].strip() == "bwd_dx" and lines[2][:48].strip() == "reduce_kernel"
     first = lines[1][48:].split()
     assert first[:3] == ["207.0", "150.0", "33.5"]  # us, MB read, MB written

@@ -1,4 +1,4 @@
-"""scripts/operand_rounding.py: the error that low-precision state operands add to the stages' outputs."""
+"""bench/operand_rounding.py: the error that low-precision state operands add to the stages' outputs."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def figures(line: str) -> dict[str, tuple[float, float]]:
 
 
 def test_rounded_states_move_the_outputs_within_the_tests_tolerance():
-    done = run_script("scripts/operand_rounding.py", "--sizes", "32", timeout=300)
+    done = run_script("-m", "bench.operand_rounding", "--sizes", "32", timeout=300)
     assert done.returncode == 0, done.stderr
     lines = dict(line.split(": ", 1) for line in done.stdout.strip().splitlines())
     bf16, fp16 = figures(lines["bfloat16"]), figures(lines["float16"])
@@ -29,5 +29,5 @@ def test_rounded_states_move_the_outputs_within_the_tests_tolerance():
 
 
 def test_an_unknown_dtype_is_one_line():
-    done = run_script("scripts/operand_rounding.py", "--dtypes", "bfloat17")
+    done = run_script("-m", "bench.operand_rounding", "--dtypes", "bfloat17")
     assert done.returncode == 2 and done.stderr.strip() == "operand_rounding.py: error: unknown dtype 'bfloat17'"

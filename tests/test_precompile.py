@@ -1,4 +1,4 @@
-"""scripts/precompile.py: every candidate of every tune space goes to exactly one worker, and bad input is one line."""
+"""bench/precompile.py: every candidate of every tune space goes to exactly one worker, and bad input is one line."""
 
 from __future__ import annotations
 

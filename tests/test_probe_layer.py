@@ -1,4 +1,4 @@
-"""scripts/probe_layer.py's check, on the CPU: a module computing the layer right passes, one that is wrong in
+"""bench/probe_layer.py's check, on the CPU: a module computing the layer right passes, one that is wrong in
 a single gradient fails, and variant files load without their torch.library registrations (no autograd
 registration, so the production op names keep their functions)."""
 
@@ -9,8 +9,8 @@ import types
 
 import torch
 
-from lightning_modules.model.layers import causal_conv1d_silu, rms_norm
-from scripts import probe_layer
+from bench import probe_layer
+from model.layers import causal_conv1d_silu, rms_norm
 
 
 def autograd_module(layer: str, scale_last_grad: float = 1.0) -> types.ModuleType:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bench.inputs import random_inputs
 from kernels import reference
 from kernels import reference_backward as ref_bwd
-from kernels.testing import random_inputs
 
 F64 = torch.float64
 NAMES = ("x", "dt", "A", "B", "C", "D", "dt_bias", "initial_states")

@@ -1,4 +1,4 @@
-"""scripts/report.py run as a user runs it, on small synthetic benchmark JSON: runs pooled into median [min–max],
+"""bench/report.py run as a user runs it, on small synthetic benchmark JSON: runs pooled into median [min–max],
 every backend, mode and row the JSON holds rendered, captions read from the JSON, Amdahl figures recomputed."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ KERNEL_BACKENDS = [  # (backend, backward): the order the JSON holds, which the 
 
 
 def run_report(results: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "scripts/report.py", "--results", str(results), "--out", str(out), *extra]
+    cmd = [sys.executable, "-m", "bench.report", "--results", str(results), "--out", str(out), *extra]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
@@ -209,7 +209,7 @@ def test_report_renders_the_scaling_series_with_every_rank(tmp_path):
     done = run_report(tmp_path, tmp_path)
     assert done.returncode == 0, done.stderr
     text = (tmp_path / "BENCHMARKS.md").read_text()
-    section = text.split("## Scaling to 2 GPUs (scripts/bench_scaling.py)")[1]
+    section = text.split("## Scaling to 2 GPUs (bench/bench_scaling.py)")[1]
     assert "1 run, a single process (a headline needs 3): scaling_h200x2.json." in section
     assert f"gpu {GPU}" in section and "variants cutile,triton,torch" in section and "NCCL_NVLS_ENABLE 0" in section
     assert "### eager: mini (7M parameters), L 1024, batch 2 per GPU, 2 GPUs" in section
@@ -278,7 +278,7 @@ def test_report_names_a_missing_scaling_series(tmp_path):
 
 
 def test_headline_script_renders_its_own_series(tmp_path):
-    """scripts/headline.sh report: the series its kernels, step, step_graphs, step_layers, step_l8192 and sweep
+    """bench/headline.sh report: the series its kernels, step, step_graphs, step_layers, step_l8192 and sweep
     parts write, three kernel processes pooled; no scaling run, none shown."""
     walls = [{"cutilereference": 0.5, "triton": t, "cutilecutile": 0.25} for t in (1.2, 1.0, 1.5)]
     write(tmp_path / "kernels_h200_headline.json", kernel_run(walls[0]))
@@ -293,7 +293,7 @@ def test_headline_script_renders_its_own_series(tmp_path):
     write(tmp_path / "kernels_h200_sweep.json", kernel_run(walls[0]))
     (tmp_path / "README.md").write_text("<!-- headline:start -->\n<!-- headline:end -->\n")
     env = {**os.environ, "RESULTS": str(tmp_path), "OUT": str(tmp_path)}
-    done = subprocess.run(["bash", "scripts/headline.sh", "report"], cwd=ROOT, env=env, capture_output=True, text=True)
+    done = subprocess.run(["bash", "bench/headline.sh", "report"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     ratios = sorted(w["triton"] / w["cutilereference"] for w in walls)
     head = (tmp_path / "README.md").read_text()
@@ -304,7 +304,7 @@ def test_headline_script_renders_its_own_series(tmp_path):
     text = (tmp_path / "BENCHMARKS.md").read_text()
     assert "## The SSD over the shape sweep" in text and "## Scaling" not in text
     assert "step_h200_compile_quick" not in text  # the series replaces the single run
-    bad = subprocess.run(["bash", "scripts/headline.sh", "kernels", "4"], cwd=ROOT, capture_output=True, text=True)
+    bad = subprocess.run(["bash", "bench/headline.sh", "kernels", "4"], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "1, 2 or 3" in bad.stderr
 
 
@@ -446,8 +446,8 @@ def fwd_pass_state_name(Q: int) -> str:
     """fwd_pass_state's kernel name as the profiler lists it, specialized for chunk size Q (CI's bf16 signature)."""
     from cuda.tile import compilation as ctc
 
-    from kernels.cutile import aot
-    from kernels.cutile.traffic import kernel_parameters
+    from bench import aot
+    from bench.traffic import kernel_parameters
 
     sig = next(s for label, _, s in aot.signatures() if label.startswith("fwd_pass_state[bfloat16,Q=128"))
     params = list(sig.parameters)

@@ -1,4 +1,4 @@
-"""scripts/bench_scaling.py on the CPU: two gloo processes and one, a tiny model, the figures' bookkeeping.
+"""bench/bench_scaling.py on the CPU: two gloo processes and one, a tiny model, the figures' bookkeeping.
 
 The figures themselves are GPU figures (see the script); here: every phase and rank is there, the step split
 adds up, and the derived figures follow from the measured ones.
@@ -20,7 +20,8 @@ SEQLEN, BATCH = 64, 2
 def _run(tmp_path, devices: int) -> dict:
     out = tmp_path / f"scaling{devices}.json"
     done = run_script(
-        "scripts/bench_scaling.py",
+        "-m",
+        "bench.bench_scaling",
         "--config=tiny",
         f"--seqlen={SEQLEN}",
         f"--batch={BATCH}",

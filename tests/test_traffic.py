@@ -1,4 +1,4 @@
-"""kernels/cutile/traffic.py: each stage's memory floor, counted by hand on a tiny shape, and the stage and
+"""bench/traffic.py: each stage's memory floor, counted by hand on a tiny shape, and the stage and
 constants read off cuTile kernel names."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from cuda.tile import compilation as ctc
 
-from kernels.cutile import aot
-from kernels.cutile.traffic import STAGES, SSDShape, Traffic, profiled, ssd_io, stage_traffic
+from bench import aot
+from bench.traffic import STAGES, SSDShape, Traffic, profiled, ssd_io, stage_traffic
 
 # b 1, l 5, h 2, p 4, g 1, n 8, Q 4: c = 2 chunks, rows padded to c·Q = 8 tokens; x in float16, dt in bfloat16.
 TINY = SSDShape(

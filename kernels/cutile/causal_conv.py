@@ -1,6 +1,6 @@
 """SiLU(causal depthwise conv1d) in cuTile, forward and backward: the Mamba-2 block's conv, channels last.
 
-Reference: `lightning_modules.model.layers.causal_conv1d_silu` (shifted multiply-adds in PyTorch). With
+Reference: `model.layers.causal_conv1d_silu` (shifted multiply-adds in PyTorch). With
 x (b, l, c), weight w (c, k), bias (c,), and v the pre-activation:
 
     v[t] = bias + Σ_j w[:, j] · x[t - (k - 1) + j]          (x[s] = 0 for s < 0),   y[t] = SiLU(v[t])

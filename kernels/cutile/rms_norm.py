@@ -1,6 +1,6 @@
 """The Mamba-2 block's gated RMSNorm in cuTile, forward and backward, in groups of G channels.
 
-Reference: `lightning_modules.model.layers.rms_norm`. Per token and group, with v = x · SiLU(z) (or x):
+Reference: `model.layers.rms_norm`. Per token and group, with v = x · SiLU(z) (or x):
 
     r = 1 / sqrt(mean(v²) + eps),   n = v · r,   out = n · w
     gn = dout · w,   dv = r · (gn - n · mean(gn · n)),   dw = Σ_tokens dout · n

@@ -171,7 +171,7 @@ def forced(kernel_name: str, config: Any = None) -> Iterator[list]:
 def precompiling(index: int) -> Iterator[dict[str, int]]:
     """Within the block, every launch runs the `index`-th configuration of its kernel's tune space (its default
     past the space's end), with no tuning and nothing remembered: for compiling the candidates tuning will time
-    in parallel processes ahead of it (scripts/precompile.py; cuTile's compile cache is on disk). Yields kernel
+    in parallel processes ahead of it (bench/precompile.py; cuTile's compile cache is on disk). Yields kernel
     name -> the size of its tune space, filled in as launches happen."""
     if index < 0:
         raise ValueError(f"precompiling: index must be >= 0, got {index}")

@@ -1,0 +1,306 @@
+"""The full training step of the Mamba-2 LM per SSD variant, eager and compiled, in one process, on the same data.
+
+Models come from the training configs (configs/<name>.yaml: its model section, data.vocab_size),
+built as train.py builds them (LanguageModel: its fused AdamW, its torch.compile settings for the
+compiled rows), one per variant with the same initial weights, bf16 autocast on a GPU, gradient
+clipping. Variants (--backends):
+
+    torch, triton, cutile   kernels.ssd with that backend (cutile: its reference backward)
+    cutile_bwd              the cutile backend with its backward kernels (model.config.ssd_backward: cutile)
+    standin                 the SSD replaced by y = x·D: the rest of the step alone; each other row's SSD
+                            time and share then come by subtraction (ssd_ms_by_subtraction), compiled too
+    <variant>+conv, +norm   that variant with the cuTile causal conv + SiLU (model.config.conv_backend: cutile)
+                            and/or the cuTile gated RMSNorm (norm_backend: cutile) in place of the compiled
+                            PyTorch ones (triton+conv+norm: both); subtraction pairs it with the standin of the same
+
+Warm-up steps (compilation, autotuning) are timed on their own, then steady-state steps alternate
+between variants; a variant that fails in warm-up is left out of the cell with its error recorded (and printed
+as one line), the others are measured. Per step (bench.step): total, forward, backward and optimizer
+time, the SSD's own forward and backward time inside it (eager only: compiled graphs have no SSD
+marks), tokens/s, peak memory (the process's, every variant resident, and own_peak_gib: the variant's
+parameters, gradients and optimizer state plus what its step allocated above the step's start, i.e. its
+peak alone in a process; not under CUDA graphs), MFU with the FLOP count it uses. The marks are read after the loop,
+so measuring does not synchronize the steps it measures; the same loop without any marks, run before and
+after it, gives the timer's own cost (timer_cost: the marked loop over the mean of the two, so that a first
+loop's or a drifting GPU's cost does not land on the timer; timer_loops_ms holds the three). --profile adds
+each variant's GPU kernels: the 20 largest, and every kernel's time and launches per step.
+
+    python -m bench.bench_step --quick --modes compile --backends standin,triton --out results/step.json
+    python -m bench.bench_step --configs tiny --seqlens 64 --tokens_per_step 128 --backends torch,standin --steps 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+import torch
+import yaml
+
+import kernels
+from bench.results import STEP_LAYERS, write_json
+from bench.step import TimedStep, alternate, median_split, token_batches, warm_up
+from bench.timing import gpu_kernel_ms, summarize
+from lightning_modules.environment import available_backends, environment, peak_tflops
+from lightning_modules.language_model import LanguageModel, release_compiled_graphs
+from model.flops import ssd_flops_per_token, train_flops_per_token
+from model.mamba2 import Mamba2Config, Mamba2LM, next_token_loss
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+VARIANTS = {  # label: (model.config.ssd_backend, model.config.ssd_backward)
+    "torch": ("torch", "reference"),
+    "triton": ("triton", "reference"),
+    "cutile": ("cutile", "reference"),
+    "cutile_bwd": ("cutile", "cutile"),
+    "standin": ("torch", "reference"),  # the backend is never called: the stand-in replaces kernels.ssd
+}
+
+
+def split_label(label: str) -> tuple[str, dict[str, str]]:
+    """A variant label -> (its VARIANTS entry, its model.config layer backends); ValueError if unknown."""
+    base, *extras = label.split("+")
+    if base not in VARIANTS or any(e not in STEP_LAYERS for e in extras) or len(set(extras)) < len(extras):
+        raise ValueError(label)
+    return base, {key: "cutile" if suffix in extras else "torch" for suffix, key in STEP_LAYERS.items()}
+
+
+def ssd_standin(x: torch.Tensor, dt: torch.Tensor, A, B, C, chunk_size, D: torch.Tensor, **_) -> torch.Tensor:
+    """y = x·D (b, l, h, p): the SSD's inputs and output with nothing between, for the rest-of-step row."""
+    return x * D.to(x.dtype)[:, None]
+
+
+def compile_mode(name: str, args: argparse.Namespace) -> str | None:
+    """The torch.compile mode of the compiled rows: --compile_mode, else configs/<name>.yaml's model.compile_mode."""
+    if args.compile_mode is not None:
+        return None if args.compile_mode == "default" else args.compile_mode
+    path = CONFIGS / f"{name}.yaml"
+    return yaml.safe_load(path.read_text())["model"].get("compile_mode") if path.is_file() else None
+
+
+def load_module(name: str, label: str, seqlen: int, compile_model: bool, compile_mode: str | None) -> LanguageModel:
+    """LanguageModel as configs/<name>.yaml builds it, for variant `label`, compiled or not (in torch.compile
+    mode `compile_mode`, None its default: see compile_mode()). The chunk is capped at the sequence length
+    (tiny CPU shapes).
+    """
+    path = CONFIGS / f"{name}.yaml"
+    if not path.is_file():
+        choices = ", ".join(p.stem for p in sorted(CONFIGS.glob("*.yaml")))
+        raise FileNotFoundError(f"no config {path}; choose from {choices}")
+    experiment = yaml.safe_load(path.read_text())
+    settings = dict(experiment["model"])
+    cfg = Mamba2Config(**settings.pop("config"), vocab_size=experiment["data"]["vocab_size"])
+    base, layers = split_label(label)
+    backend, backward = VARIANTS[base]
+    chunk = min(cfg.chunk_size, seqlen)
+    cfg = dataclasses.replace(cfg, ssd_backend=backend, ssd_backward=backward, chunk_size=chunk, **layers)
+    torch.manual_seed(0)  # the same initial weights for every variant
+    module = LanguageModel(config=cfg, **{**settings, "compile": compile_model, "compile_mode": compile_mode})
+    if base == "standin":
+        torch.manual_seed(0)
+        module.model = Mamba2LM(cfg, ssd=ssd_standin)
+    module.configure_model()  # compiles, as Lightning does before fit, when compile_model
+    return module
+
+
+def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: bool, args, device: str) -> list[dict]:
+    mode = compile_mode(name, args)
+    modules = {label: load_module(name, label, seqlen, compile_model, mode).to(device) for label in labels}
+    steps = {
+        label: TimedStep(
+            lambda tokens, m=m.model: next_token_loss(m, tokens),
+            list(m.parameters()),
+            m.optimizer(fused=True),  # as training under bf16-mixed or fp32: see LanguageModel
+            device,
+        )
+        for label, m in modules.items()
+    }
+    first = next(iter(modules.values()))
+    cfg = first.config
+    kernels.set_autotune(first.hparams.cutile_autotune if args.autotune is None else args.autotune)
+    batches = token_batches(cfg.vocab_size, batch, seqlen, 0, device)
+    warmup, failed = {}, {}
+    for label in list(steps):  # compilation and autotuning, timed apart; a variant failing here loses its row only
+        try:
+            warmup |= warm_up({label: steps[label]}, batches, args.warmup, device)
+        except Exception as e:
+            failed[label] = f"{type(e).__name__}: {e}"
+            print(f"FAILED {name} L={seqlen} {label}: {failed[label]}", flush=True)
+            del steps[label], modules[label]  # its memory does not stay resident beside the others
+    if not steps:
+        raise RuntimeError("every variant failed in warm-up: " + "; ".join(f"{k}: {v}" for k, v in failed.items()))
+    labels = [label for label in labels if label in steps]
+
+    def loop(timed: bool) -> tuple[float, dict[str, list]]:
+        """All variants, alternating step by step; ms of the whole loop, marks."""
+        kernels.ssd_timer.enabled = timed and not compile_model  # compiled graphs carry no SSD marks
+        try:
+            return alternate(steps, batches, args.steps, device, timed)
+        finally:
+            kernels.ssd_timer.enabled = False
+
+    plain_before_ms, _ = loop(timed=False)
+    timed_ms, marks = loop(timed=True)
+    plain_after_ms, _ = loop(timed=False)
+    timer_loops_ms = {"plain_before": plain_before_ms, "timed": timed_ms, "plain_after": plain_after_ms}
+    peak = peak_tflops(torch.cuda.get_device_name()) if device == "cuda" else None
+    flops = train_flops_per_token(cfg)
+    records = []
+    for label in labels:
+        base = split_label(label)[0]
+        samples = [m.read() for m in marks[label]]
+        med = median_split(samples)
+        tok_s = batch * seqlen / (med["step_ms"] / 1e3)
+        rec = {
+            "size": name,
+            "parameters": modules[label].model.num_parameters(),
+            "config": dataclasses.asdict(modules[label].config),
+            "seqlen": seqlen,
+            "batch": batch,
+            "variant": label,
+            "backend": "standin" if base == "standin" else VARIANTS[base][0],
+            "backward": None if base == "standin" else VARIANTS[base][1],
+            "mode": "compile" if compile_model else "eager",
+            "compile_mode": mode if compile_model else None,
+            "median": med,
+            "step_ms_spread": summarize([s["step_ms"] for s in samples]),
+            "tokens_per_s": tok_s,
+            "train_flops_per_token": flops,
+            "mfu": flops * tok_s / (peak * 1e12) if peak else None,
+            "ssd_share": (med["ssd_forward_ms"] + med["ssd_backward_ms"]) / med["step_ms"],
+            "ssd_flops_share": ssd_flops_per_token(cfg) * cfg.n_layer / (flops / 3),
+            "warmup_s": warmup[label],
+            "warmup_steps": args.warmup,
+            # the whole loop with marks over the mean of the loop without, run before and after it
+            "timer_cost": 2 * timed_ms / (plain_before_ms + plain_after_ms) - 1.0,
+            "timer_loops_ms": timer_loops_ms,
+        }
+        if "above_start_gib" in med and not (compile_model and mode == "reduce-overhead"):
+            # the variant alone in a process: what it keeps between steps plus what its step allocates on top
+            # (not under CUDA graphs, whose replays allocate from a pool recorded in warm-up)
+            rec["own_peak_gib"] = steps[label].resident_gib() + med["above_start_gib"]
+        if args.profile:
+            prof = gpu_kernel_ms(lambda s=steps[label]: s(batches[0], timed=False), 2)
+            top = dict(list(prof["by_kernel"].items())[:20])
+            rec["profile"] = {"gpu_ms": prof["ms"], "kernels": prof["kernels"], "top_kernels_ms": top}
+            # every kernel, for where the rest of a step goes: ms and launches per step
+            rec["profile"] |= {"kernels_ms": prof["by_kernel"], "launches": prof["launches"]}
+        records.append(rec)
+
+    def layers(rec: dict) -> tuple[str, ...]:
+        return tuple(rec["config"][key] for key in STEP_LAYERS.values())
+
+    rests = {layers(r): r["median"]["step_ms"] for r in records if r["backend"] == "standin"}
+    for rec in records:
+        rest = rests.get(layers(rec))
+        if rest is not None and rec["backend"] != "standin":
+            rec["ssd_ms_by_subtraction"] = rec["median"]["step_ms"] - rest
+            rec["ssd_share_by_subtraction"] = rec["ssd_ms_by_subtraction"] / rec["median"]["step_ms"]
+        med = rec["median"]
+        print(
+            f"{name:6s} L={seqlen:6d} {rec['mode']:7s} {rec['variant']:10s} step {med['step_ms']:8.2f} ms "
+            f"(fwd {med['forward_ms']:.2f} bwd {med['backward_ms']:.2f} opt {med['optimizer_ms']:.2f}; "
+            f"ssd in-step {med['ssd_forward_ms'] + med['ssd_backward_ms']:.2f}, by subtraction "
+            f"{rec.get('ssd_ms_by_subtraction', float('nan')):.2f}) {rec['tokens_per_s']:,.0f} tok/s "
+            f"mfu {rec['mfu'] or 0:.3f} peak {med.get('peak_gib', 0):.1f} GiB "
+            f"(reserved {med.get('reserved_gib', 0):.1f}) warm-up {rec['warmup_s']:.1f} s "
+            f"timer cost {rec['timer_cost']:+.1%}",
+            flush=True,
+        )
+    mode_fields = {"mode": "compile" if compile_model else "eager"} | ({"compile_mode": mode} if compile_model else {})
+    failures = [{"size": name, "seqlen": seqlen, "variant": k, **mode_fields, "error": v} for k, v in failed.items()]
+    return records + failures
+
+
+def parse_run_arguments(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Adds --autotune (the benchmarks' shared switch), parses, and applies --quick (2 warm-up, 4 timed steps)."""
+    ap.add_argument(
+        "--autotune",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="tune cuTile block sizes (cached on disk); default: the config's model.cutile_autotune",
+    )
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.warmup, args.steps = 2, 4
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="results/step.json")
+    ap.add_argument("--configs", default="medium", help="names of configs/*.yaml, comma-separated")
+    ap.add_argument("--seqlens", default="2048")
+    ap.add_argument("--tokens_per_step", type=int, default=16384, help="batch = tokens_per_step // seqlen")
+    ap.add_argument(
+        "--backends",
+        default="standin,triton,cutile,cutile_bwd,torch",
+        help=f"{', '.join(VARIANTS)}; each may end in +conv and/or +norm (the cuTile conv, gated RMSNorm)",
+    )
+    ap.add_argument("--modes", default="eager,compile", help="eager, compile, or both: eager,compile")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument(
+        "--compile_mode",
+        default=None,
+        help="torch.compile mode for the compiled rows: default, reduce-overhead (CUDA graphs), "
+        "max-autotune-no-cudagraphs, ...; unset: the config's model.compile_mode",
+    )
+    ap.add_argument("--quick", action="store_true", help="--warmup 2 --steps 4: a minute or two per compiled cell")
+    ap.add_argument("--profile", action="store_true", help="record each variant's 20 largest GPU kernels")
+    args = parse_run_arguments(ap, argv)
+    unknown = []
+    for b in args.backends.split(","):
+        try:
+            split_label(b)
+        except ValueError:
+            unknown.append(b)
+    if unknown or args.steps < 1 or args.warmup < 0:
+        ap.error(
+            f"unknown variants {unknown} (choose from {', '.join(VARIANTS)}, each optionally +conv, +norm), "
+            "or steps < 1, or warmup < 0"
+        )
+
+    torch.set_float32_matmul_precision("high")  # as train.py: float32 matmuls may use TF32
+    torch._dynamo.config.cache_size_limit = 64  # one compiled graph per variant and mode in this process
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    wanted = args.backends.split(",")
+    needs = {b: {VARIANTS[split_label(b)[0]][0]} | ({"cutile"} if "+" in b else set()) for b in wanted}
+    runnable, skipped = available_backends(",".join(sorted(set().union(*needs.values()))), device)
+    labels = [b for b in wanted if needs[b] <= set(runnable)]
+    if not labels:
+        print("no variant can run here", file=sys.stderr)
+        return 2
+    records: list[dict] = []
+    payload = {
+        "kind": "bench_step",
+        "environment": environment(),
+        "settings": {**vars(args), "device": device, "skipped": skipped, "variants": labels},
+        "records": records,
+    }
+    for mode in args.modes.split(","):
+        for name in args.configs.split(","):
+            for seqlen in (int(s) for s in args.seqlens.split(",")):
+                batch = max(1, args.tokens_per_step // seqlen)
+                try:
+                    records += bench(name, seqlen, batch, labels, mode == "compile", args, device)
+                except Exception as e:  # keep what was measured; say what failed
+                    print(f"FAILED {name} L={seqlen} {mode}: {type(e).__name__}: {e}", flush=True)
+                    error = {"size": name, "seqlen": seqlen, "mode": mode, "error": f"{type(e).__name__}: {e}"}
+                    records.append(error | ({"compile_mode": compile_mode(name, args)} if mode == "compile" else {}))
+                payload["tuning"] = kernels.tuning_choices()  # the cuTile configurations every cell ran
+                write_json(args.out, payload)  # after every cell: a timeout keeps what was measured
+                torch._dynamo.reset()
+                if device == "cuda":
+                    torch.cuda.empty_cache()
+    print(f"wrote {write_json(args.out, payload)}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        code = main()
+    finally:
+        release_compiled_graphs()
+    sys.exit(code)

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The headline figures: each benchmark run in three separate processes with the same settings (a figure is
+# the median of the three, shown with its min-max), then BENCHMARKS.md, the plots and README's headline block.
+#
+#   bench/headline.sh kernels [N]       # the SSD alone at the seed shape and the steps' (L 2048, 8192): bench_kernels.py
+#   bench/headline.sh step [N]          # the medium model's training step, compiled without CUDA graphs: bench_step.py
+#   bench/headline.sh step_graphs [N]   # the same step compiled with CUDA graphs (compile mode reduce-overhead)
+#   bench/headline.sh step_layers [N]   # that step with the cuTile conv + norm (medium.yaml's layers), 4 timed steps
+#   bench/headline.sh step_l8192 [N]    # the same at L 8192, batch 2 (16384 tokens a step, as at L 2048)
+#   bench/headline.sh sweep [N]         # the SSD forward alone over the 16 shapes of bench_kernels' sweep
+#   bench/headline.sh report            # render what results/ holds (no GPU needed): BENCHMARKS.md's command
+#
+# Backends alternate within each process; cuTile and Triton are both tuned and warmed before timing. Each
+# process prints its wall time. The first `kernels` process compiles and tunes at its three shapes (the later ones
+# reuse the caches it leaves), and each `step` process compiles every variant and runs 3 warm-up and 10 timed
+# steps: each takes minutes, so N runs one process at a time (`kernels 1`, `kernels 2`, ...).
+# Each invocation's first process is preceded by bench/precompile.py, which compiles tuning's candidates in
+# PRECOMPILE_JOBS (default: CPU cores) parallel processes (if it fails, that process compiles as it tunes). The
+# kernels series' processes took 203 s (135 s of it precompiling on 16 cores), 52 and 45 s on one H200
+# (2026-12-01, two shapes), and with three shapes 74, 57 and 51 s after a precompile of 124 s (2026-12-02);
+# the sweep's 138 s (after 89 s of precompiling), 65 and 76 s; step_graphs' 388 s (after 132 s of precompiling),
+# 333 s (after 138 s of precompiling on a fresh machine) and 125 s (on the same machine right after, its caches kept);
+# step_layers' 350 s (after about 125 s of precompiling on a fresh machine), then 137 and 134 s with PRECOMPILE=0
+# right after (2026-12-02, five variants); step_l8192's 285 s, then 104 and 93 s with PRECOMPILE=0 (four variants);
+# the step series has not run yet.
+# PRECOMPILE=0 skips the precompile, for processes 2 and 3 on a machine whose caches process 1 filled (it took about
+# 115 s there even so).
+# RESULTS (default results/) says where the JSON goes, OUT (default the repository) where BENCHMARKS.md and
+# README.md are.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+part=${1:?usage: bench/headline.sh kernels|step|step_graphs|step_layers|step_l8192|sweep|report}
+results=${RESULTS:-results}
+kernels_series=kernels_h200_headline
+step_series=step_h200_compiled
+graphs_series=step_h200_cudagraphs
+layers_series=step_h200_layers_graphs_quick
+l8192_series=step_h200_l8192_layers_graphs_quick
+sweep_series=kernels_h200_sweep
+# single-process runs the report shows labelled "1 run" until a series replaces them
+step_quick=step_h200_compile_quick
+l8192_quick=step_h200_l8192_quick
+scaling_run=scaling_h200x2
+
+only=${2:-}
+case $only in "" | 1 | 2 | 3) ;; *) echo "bench/headline.sh: process number must be 1, 2 or 3" >&2 && exit 2 ;; esac
+
+run3() {  # run3 SERIES COMMAND...: processes 1-3 (or only $only); 1 writes SERIES.json, N SERIES_run<N>.json
+    local series=$1
+    shift
+    for n in ${only:-1 2 3}; do
+        local out="$results/$series.json"
+        [ "$n" = 1 ] || out="$results/${series}_run$n.json"
+        local start=$SECONDS
+        "$@" --out "$out"
+        echo "headline: $series process $n took $((SECONDS - start)) s" >&2
+    done
+}
+
+precompile() {  # precompile SHAPES [OPTION...]: compile tuning's candidates at bench_kernels' SHAPES first
+    [ "${PRECOMPILE:-1}" = 0 ] && echo "headline: PRECOMPILE=0, no precompile" >&2 && return 0
+    python -m bench.precompile --shapes "$@" --jobs "${PRECOMPILE_JOBS:-$(nproc)}" --timeout 900 \
+        || echo "headline: precompile failed; the first process compiles as it tunes" >&2
+}
+
+case $part in
+kernels)
+    precompile seed,step,step_l8192
+    run3 "$kernels_series" python -m bench.bench_kernels --shapes seed,step,step_l8192 --backends cutile,cutile:cutile,triton \
+        --modes fwd,fwd_bwd --repeats 5 --calls 10 --autotune
+    ;;
+step)
+    # the medium model's SSD is bench_kernels' step shape: its x/B/C views compile as bench_kernels' tensors do
+    # (profiles show the same specializations); its dt is bf16, so chunk_cumsum still compiles in process 1
+    precompile step
+    run3 "$step_series" python -m bench.bench_step --configs medium --modes compile --compile_mode default \
+        --backends standin,triton,cutile,cutile_bwd --autotune
+    ;;
+step_graphs)
+    precompile step
+    # without the reference backward (the series as committed); with the cuTile layers, step_layers has it
+    run3 "$graphs_series" python -m bench.bench_step --configs medium --modes compile --compile_mode reduce-overhead \
+        --backends standin,triton,cutile_bwd --autotune
+    ;;
+step_layers)
+    # the plain triton row is the layers' gain for Triton; report.py shows it from step_graphs, listed first.
+    # cutile+conv+norm is the mission's design (the reference backward) in the same step
+    precompile step
+    run3 "$layers_series" python -m bench.bench_step --configs medium --modes compile --compile_mode reduce-overhead \
+        --backends standin+conv+norm,triton,triton+conv+norm,cutile_bwd+conv+norm,cutile+conv+norm --quick --autotune
+    ;;
+step_l8192)
+    # bench_kernels' step_l8192 is this step's SSD (batch 2, L 8192, 24 heads), as step is for the L 2048 step
+    precompile step_l8192
+    run3 "$l8192_series" python -m bench.bench_step --configs medium --seqlens 8192 --modes compile \
+        --compile_mode reduce-overhead --backends standin+conv+norm,triton+conv+norm,cutile_bwd+conv+norm,cutile+conv+norm \
+        --quick --autotune
+    ;;
+sweep)
+    precompile sweep --modes fwd --no-triton
+    run3 "$sweep_series" python -m bench.bench_kernels --shapes sweep --backends cutile,triton --modes fwd --autotune
+    ;;
+report)
+    # BENCHMARKS.md's first line is this command's, so rerunning it on the committed results changes nothing. The
+    # step without CUDA graphs comes from its series once that exists, else from the single run; it, the L 8192
+    # runs and the scaling run are left out when absent. The other series must exist.
+    [ -f "$results/$step_series.json" ] && step_quick=$step_series
+    steps=$graphs_series,$layers_series
+    [ -f "$results/$step_quick.json" ] && steps=$step_quick,$steps
+    for s in "$l8192_quick" "$l8192_series"; do [ -f "$results/$s.json" ] && steps=$steps,$s; done
+    scaling=()
+    [ -f "$results/$scaling_run.json" ] && scaling=(--scaling "$scaling_run")
+    python -m bench.report --results "$results" --out "${OUT:-.}" --kernels "$kernels_series" --step "$steps" \
+        "${scaling[@]}" --sweep "$sweep_series"
+    ;;
+*)
+    echo "bench/headline.sh: unknown part '$part'; use kernels, step, step_graphs, step_layers, step_l8192, sweep" \
+        "or report" >&2
+    exit 2
+    ;;
+esac
