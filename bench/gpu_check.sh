@@ -5,7 +5,7 @@
 # else of those nvidia-smi lists; with none visible it stops (exit 2) rather than let every test skip.
 #
 #   bench/gpu_check.sh OUTDIR JOBS [PYTEST SELECTION...]
-#   bench/gpu_check.sh "$OUT" 12 tests/test_cutile_stages_gpu.py tests/test_cutile_backward_gpu.py -k "not tuning"
+#   bench/gpu_check.sh "$OUT" 12 tests/kernels/test_cutile_stages_gpu.py tests/kernels/test_cutile_backward_gpu.py -k "not tuning"
 #
 # The selected tests (marker gpu) are dealt round-robin to JOBS processes, each stopped after
 # GPU_CHECK_TIMEOUT seconds (default 540). A test still running after GPU_CHECK_STACK seconds (default 180)

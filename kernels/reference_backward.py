@@ -2,7 +2,7 @@
 
 `kernels.reference.ssd_chunked` differentiated by autograd is the specification of the gradients; this
 module writes the same gradients in closed form, pass by pass, so each backward kernel can be checked
-against one function here, and this module against autograd (tests/test_reference_backward.py).
+against one function here, and this module against autograd (tests/kernels/test_reference_backward.py).
 
 Notation as in kernels/reference.py, per (batch, head) and chunk (t, s, j: tokens of one chunk):
     Λ_t = dA_cumsum (natural log, restarts at every chunk), Λ_e its value at the chunk's last token,

@@ -215,7 +215,7 @@ def release_compiled_graphs() -> None:
     """Free torch.compile's code and CUDA graphs while every module is still loaded. Call it before a process
     that trained under CUDA graphs exits: one that had trained the cuTile kernels under compile_mode
     reduce-overhead otherwise ended with a segmentation fault during interpreter teardown, after its run
-    had finished (tests/test_train_gpu.py checks the exit code). Never raises: it runs on the way out, where
+    had finished (tests/training/test_train_gpu.py checks the exit code). Never raises: it runs on the way out, where
     an error (a CUDA error met again by the synchronization, say) would replace the one already reported."""
     with contextlib.suppress(Exception):
         torch._dynamo.reset()

@@ -15,7 +15,7 @@ import train
 from lightning_modules.language_model import COMPILE_MODES
 from model.mamba2 import Mamba2Config
 from tests.helpers import default_sigint, run_script, tiny_args
-from tests.test_errors import _fails_in_one_line
+from tests.training.test_errors import _fails_in_one_line
 
 pytestmark = pytest.mark.slow
 
@@ -98,7 +98,7 @@ def test_ctrl_c_while_the_libraries_load_ends_in_one_line(tmp_path):
     assert "Traceback" not in rest
 
 
-@pytest.mark.parametrize("config", sorted(p.name for p in (Path(__file__).parents[1] / "configs").glob("*.yaml")))
+@pytest.mark.parametrize("config", sorted(p.name for p in (Path(__file__).parents[2] / "configs").glob("*.yaml")))
 def test_every_shipped_config_is_valid(config):
     """Each configs/*.yaml passes LightningCLI's validation (unknown keys, types) and holds choices the model takes."""
     done = run_script("train.py", "--config", f"configs/{config}", "--print_config", timeout=300)

@@ -8,13 +8,11 @@ from pathlib import Path
 
 import torch
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_workers_share_out_every_candidate_of_every_space(monkeypatch):
-    monkeypatch.syspath_prepend(str(SCRIPTS))
-    import precompile
-
+    from bench import precompile
     from kernels.cutile import state_walks, tuning
 
     spaces = {"fwd_pass_state": ["a0", "a1", "a2", "a3", "a4"], "bwd_dx": ["b0", "b1"]}
@@ -58,13 +56,14 @@ def test_bad_arguments_get_one_line(tmp_path):
         (["--modes", "fwd,bwd"], "precompile: --modes: choose from fwd, fwd_bwd, got 'fwd,bwd'"),
         (["--walks", "two"], "precompile: --walks: choose from aside, one stream, one launch, got 'two'"),
     ):
-        done = subprocess.run([sys.executable, str(SCRIPTS / "precompile.py"), *args], capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.precompile", *args], cwd=ROOT, capture_output=True, text=True
+        )
         assert done.returncode == 2 and done.stderr.strip() == message
 
 
 def test_workers_run_at_once_report_their_lines_and_are_killed_past_the_timeout(monkeypatch, capsys):
-    monkeypatch.syspath_prepend(str(SCRIPTS))
-    import precompile
+    from bench import precompile
 
     def worker(code: str) -> list[str]:
         return [sys.executable, "-c", code]

@@ -16,7 +16,7 @@ import torch
 
 from tests.helpers import default_sigint
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 

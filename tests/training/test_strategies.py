@@ -3,7 +3,7 @@
 Lightning refuses FSDP on a CPU, and torch's FSDP needs `device_id=cpu` and no CPU offload of the state dict
 there: `CPUFSDP` below is our FSDPStrategy with just those two changes, so that train.py's FSDP path (sharded
 flat parameters, the weight-decay groups, clipping over all shards, full-state-dict checkpoints) runs in two
-gloo processes. On GPUs, tests/test_multi_gpu.py runs `--trainer.strategy fsdp` itself.
+gloo processes. On GPUs, tests/training/test_multi_gpu.py runs `--trainer.strategy fsdp` itself.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def test_fsdp_bf16_mixed_keeps_float32_parameters_and_reduction():
 
 
 def test_auto_backend_line_on_global_rank_zero_only(monkeypatch, caplog):
-    """Rank 0 says which backend auto chose (tests/test_ssd_entry.py); the other ranks choose silently."""
+    """Rank 0 says which backend auto chose (tests/kernels/test_ssd_entry.py); the other ranks choose silently."""
     monkeypatch.setenv("RANK", "1")
     kernels.backends._resolve.cache_clear()
     try:
@@ -99,7 +99,7 @@ def test_fsdp_matches_ddp_on_cpu(tmp_path):
     corpus = write_corpus(tmp_path / "corpus", n_files=16)
     runs = {
         "ddp": _train(tmp_path / "ddp", corpus, "ddp"),
-        "fsdp": _train(tmp_path / "fsdp", corpus, '{"class_path": "tests.test_strategies.CPUFSDP"}'),
+        "fsdp": _train(tmp_path / "fsdp", corpus, '{"class_path": "tests.training.test_strategies.CPUFSDP"}'),
     }
     for name, done in runs.items():
         assert done.returncode == 0, f"{name}: {done.stderr[-3000:]}"
@@ -132,7 +132,7 @@ def test_two_processes_match_one_with_the_same_global_batch_on_cpu(tmp_path):
             f"--trainer.devices={devices}",
             "--trainer.strategy=ddp",
             f"--data.batch_size={batch}",
-            "--trainer.callbacks+=tests.test_multi_gpu.GlobalLoss",  # the loss averaged over the ranks
+            "--trainer.callbacks+=tests.training.test_multi_gpu.GlobalLoss",  # the loss averaged over the ranks
             "--logging.wandb=false",
         )
         done = subprocess.run(

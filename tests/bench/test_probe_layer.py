@@ -49,7 +49,7 @@ def test_max_error_tells_a_right_module_from_a_wrong_one():
 
 def test_variant_files_load_without_their_op_registrations(tmp_path):
     for layer, name in probe_layer.LAYERS.items():
-        source = (probe_layer.Path(__file__).parent.parent / "kernels" / "cutile" / f"{name}.py").read_text()
+        source = (probe_layer.Path(probe_layer.__file__).parents[1] / "kernels" / "cutile" / f"{name}.py").read_text()
         path = tmp_path / f"{name}_copy.py"
         path.write_text(source)
         module = probe_layer.load(layer, str(path))
@@ -60,6 +60,6 @@ def test_variant_files_load_without_their_op_registrations(tmp_path):
 def test_kernel_names_are_the_modules_tuning_names():
     """The probe pins each kernel's timed configuration for its float64 check by these names."""
     for layer, name in probe_layer.LAYERS.items():
-        source = (probe_layer.Path(__file__).parent.parent / "kernels" / "cutile" / f"{name}.py").read_text()
+        source = (probe_layer.Path(probe_layer.__file__).parents[1] / "kernels" / "cutile" / f"{name}.py").read_text()
         launched = set(re.findall(r'launch\(\s*"(\w+)"', source))
         assert launched == set(probe_layer.KERNELS[layer]), (layer, launched)

@@ -6,9 +6,9 @@ averaged over the ranks, which is the loss of the global batch: one GPU with bat
 union of what two GPUs with batch B see (data.datamodule.ResumableSampler). Rank 1 runs every kernel on
 cuda:1. DDP runs must not warn that "The AccumulateGrad node's stream does not match" (lightning_modules.strategies).
 
-    python -m pytest -q -m gpu -p no:cacheprovider tests/test_multi_gpu.py                   # all
-    python -m pytest -q -m gpu -p no:cacheprovider tests/test_multi_gpu.py -k "not compile"   # or in two parts
-    python -m pytest -q -m gpu -p no:cacheprovider tests/test_multi_gpu.py -k compile
+    python -m pytest -q -m gpu -p no:cacheprovider tests/training/test_multi_gpu.py                   # all
+    python -m pytest -q -m gpu -p no:cacheprovider tests/training/test_multi_gpu.py -k "not compile"   # or in two parts
+    python -m pytest -q -m gpu -p no:cacheprovider tests/training/test_multi_gpu.py -k compile
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def _train(workspace: Path, variant: str, strategy: str, devices: int, compile_m
         "--trainer.accelerator=gpu",
         f"--trainer.devices={devices}",
         f"--trainer.strategy={strategy}",
-        "--trainer.callbacks+=tests.test_multi_gpu.GlobalLoss",
+        "--trainer.callbacks+=tests.training.test_multi_gpu.GlobalLoss",
         "--logging.wandb=false",
     )
     done = subprocess.run(
@@ -184,7 +184,7 @@ def test_accumulate_grad_stream_warning_cause_and_fix():
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        code = "import sys; from tests.test_multi_gpu import stream_probe; stream_probe(sys.argv[1], int(sys.argv[2]))"
+        code = "import sys; from tests.training.test_multi_gpu import stream_probe; stream_probe(sys.argv[1], int(sys.argv[2]))"
         done = subprocess.run(
             [sys.executable, "-c", code, strategy, str(port)],
             cwd=ROOT,
