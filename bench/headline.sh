@@ -15,16 +15,9 @@
 # reuse the caches it leaves), and each `step` process compiles every variant and runs 3 warm-up and 10 timed
 # steps: each takes minutes, so N runs one process at a time (`kernels 1`, `kernels 2`, ...).
 # Each invocation's first process is preceded by bench/precompile.py, which compiles tuning's candidates in
-# PRECOMPILE_JOBS (default: CPU cores) parallel processes (if it fails, that process compiles as it tunes). The
-# kernels series' processes took 203 s (135 s of it precompiling on 16 cores), 52 and 45 s on one H200
-# (2026-12-01, two shapes), and with three shapes 74, 57 and 51 s after a precompile of 124 s (2026-12-02);
-# the sweep's 138 s (after 89 s of precompiling), 65 and 76 s; step_graphs' 388 s (after 132 s of precompiling),
-# 333 s (after 138 s of precompiling on a fresh machine) and 125 s (on the same machine right after, its caches kept);
-# step_layers' 350 s (after about 125 s of precompiling on a fresh machine), then 137 and 134 s with PRECOMPILE=0
-# right after (2026-12-02, five variants); step_l8192's 285 s, then 104 and 93 s with PRECOMPILE=0 (four variants);
-# the step series has not run yet.
-# PRECOMPILE=0 skips the precompile, for processes 2 and 3 on a machine whose caches process 1 filled (it took about
-# 115 s there even so).
+# PRECOMPILE_JOBS (default: CPU cores) parallel processes (if it fails, that process compiles as it tunes).
+# How long each part's processes take: docs/measuring.md.
+# PRECOMPILE=0 skips the precompile, for processes 2 and 3 on a machine whose caches process 1 filled.
 # RESULTS (default results/) says where the JSON goes, OUT (default the repository) where BENCHMARKS.md and
 # README.md are.
 set -euo pipefail
@@ -83,8 +76,8 @@ step_graphs)
         --backends standin,triton,cutile_bwd --autotune
     ;;
 step_layers)
-    # the plain triton row is the layers' gain for Triton; report.py shows it from step_graphs, listed first.
-    # cutile+conv+norm is the mission's design (the reference backward) in the same step
+    # the plain triton row is the layers' gain for Triton; the report shows it from step_graphs, listed first.
+    # cutile+conv+norm is the seed's design (the reference backward) in the same step
     precompile step
     run3 "$layers_series" python -m bench.bench_step --configs medium --modes compile --compile_mode reduce-overhead \
         --backends standin+conv+norm,triton,triton+conv+norm,cutile_bwd+conv+norm,cutile+conv+norm --quick --autotune

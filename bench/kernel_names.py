@@ -1,5 +1,5 @@
-"""The names profiled GPU kernels are shown by, in BENCHMARKS.md (bench/report.py) and in Nsight Compute's
-per-kernel table (bench/ncu_ssd.py). Importing this loads nothing heavy: bench.traffic (torch) is imported
+"""The names profiled GPU kernels are shown by, in BENCHMARKS.md (bench/report/per_kernel.py) and in Nsight
+Compute's per-kernel table (bench/ncu_ssd.py). Importing this loads nothing heavy: bench.traffic (torch) is imported
 on first use."""
 
 from __future__ import annotations
