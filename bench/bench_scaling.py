@@ -1,7 +1,7 @@
 """Data-parallel scaling of the training step, 1 to N GPUs with the same per-GPU batch, per SSD variant.
 
 One process per GPU, spawned here (on a machine without GPUs: processes on the CPU, gloo, for a plumbing
-run). Each variant's model is built as bench_step builds it (scripts/bench_step.load_module: configs/<name>.yaml
+run). Each variant's model is built as bench_step builds it (bench.bench_step.load_module: configs/<name>.yaml
 as train.py builds it, the same initial weights, fused AdamW, gradient clipping, bf16 autocast on a GPU,
 compiled in place when the mode is `compile`). After timed warm-up, every process times three steps on its
 own batches, alternating step by step so that drift hits each alike:

@@ -7,8 +7,9 @@ clipping. Variants (--backends):
 
     torch, triton, cutile   kernels.ssd with that backend (cutile: its reference backward)
     cutile_bwd              the cutile backend with its backward kernels (model.config.ssd_backward: cutile)
-    standin                 the SSD replaced by y = x·D: the rest of the step alone; each other row's SSD
-                            time and share then come by subtraction (ssd_ms_by_subtraction), compiled too
+    standin                 kernels.ssd's standin backend, y = x·D (kernels/standin.py): the rest of the step
+                            alone; each other row's SSD time and share then come by subtraction
+                            (ssd_ms_by_subtraction), compiled too
     <variant>+conv, +norm   that variant with the cuTile causal conv + SiLU (model.config.conv_backend: cutile)
                             and/or the cuTile gated RMSNorm (norm_backend: cutile) in place of the compiled
                             PyTorch ones (triton+conv+norm: both); subtraction pairs it with the standin of the same
@@ -46,7 +47,7 @@ from bench.timing import gpu_kernel_ms, summarize
 from lightning_modules.environment import available_backends, environment, peak_tflops
 from lightning_modules.language_model import LanguageModel, release_compiled_graphs
 from model.flops import ssd_flops_per_token, train_flops_per_token
-from model.mamba2 import Mamba2Config, Mamba2LM, next_token_loss
+from model.mamba2 import Mamba2Config, next_token_loss
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 VARIANTS = {  # label: (model.config.ssd_backend, model.config.ssd_backward)
@@ -54,7 +55,7 @@ VARIANTS = {  # label: (model.config.ssd_backend, model.config.ssd_backward)
     "triton": ("triton", "reference"),
     "cutile": ("cutile", "reference"),
     "cutile_bwd": ("cutile", "cutile"),
-    "standin": ("torch", "reference"),  # the backend is never called: the stand-in replaces kernels.ssd
+    "standin": ("standin", "reference"),
 }
 
 
@@ -64,11 +65,6 @@ def split_label(label: str) -> tuple[str, dict[str, str]]:
     if base not in VARIANTS or any(e not in STEP_LAYERS for e in extras) or len(set(extras)) < len(extras):
         raise ValueError(label)
     return base, {key: "cutile" if suffix in extras else "torch" for suffix, key in STEP_LAYERS.items()}
-
-
-def ssd_standin(x: torch.Tensor, dt: torch.Tensor, A, B, C, chunk_size, D: torch.Tensor, **_) -> torch.Tensor:
-    """y = x·D (b, l, h, p): the SSD's inputs and output with nothing between, for the rest-of-step row."""
-    return x * D.to(x.dtype)[:, None]
 
 
 def compile_mode(name: str, args: argparse.Namespace) -> str | None:
@@ -97,9 +93,6 @@ def load_module(name: str, label: str, seqlen: int, compile_model: bool, compile
     cfg = dataclasses.replace(cfg, ssd_backend=backend, ssd_backward=backward, chunk_size=chunk, **layers)
     torch.manual_seed(0)  # the same initial weights for every variant
     module = LanguageModel(config=cfg, **{**settings, "compile": compile_model, "compile_mode": compile_mode})
-    if base == "standin":
-        torch.manual_seed(0)
-        module.model = Mamba2LM(cfg, ssd=ssd_standin)
     module.configure_model()  # compiles, as Lightning does before fit, when compile_model
     return module
 
@@ -159,7 +152,7 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
             "seqlen": seqlen,
             "batch": batch,
             "variant": label,
-            "backend": "standin" if base == "standin" else VARIANTS[base][0],
+            "backend": VARIANTS[base][0],
             "backward": None if base == "standin" else VARIANTS[base][1],
             "mode": "compile" if compile_model else "eager",
             "compile_mode": mode if compile_model else None,

@@ -4,12 +4,13 @@ cuTile's tuning compiles its candidates one after another (compile_tile holds a 
 Triton's autotune; both keep what they compile in disk caches that later processes reuse. This script deals the
 candidates of every cuTile tune space to JOBS processes (process i launches the i-th, (i + JOBS)-th, ...
 configuration of every stage's space at once, through `kernels.cutile.tuning.precompiling`) running the cuTile
-forward + cuTile backward at each shape, and runs Triton's forward and forward + backward once in one more
-process. Nothing is timed or written to the tuning cache: the timing process still tunes, from compiled kernels.
+forward + cuTile backward at each shape (its two state walks run as --walks says), and runs Triton's forward and
+forward + backward once in one more process. Nothing is timed or written to the tuning cache: the timing process
+still tunes, from compiled kernels.
 
     python -m bench.precompile --shapes seed,step --jobs 16       # then bench_kernels.py --autotune ...
     python -m bench.precompile --shapes sweep --modes fwd --no-triton
-    python -m bench.precompile --shapes seed --modes fwd_bwd --walks "one launch"   # the backward's other walks
+    python -m bench.precompile --shapes seed --modes fwd_bwd --walks aside   # the backward's other walks
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from bench.bench_kernels import MODES, SHAPE_SETS, Shape, make_call
-from kernels.cutile import state_walks
+from bench.bench_kernels import MODES, SHAPE_SETS, Shape, make_call, make_inputs
+from kernels.cutile.state_walks import DEFAULT_WALKS, WALK_MODES
 from lightning_modules.environment import available_backends
 
 ROOT = Path(__file__).resolve().parents[1]  # the workers run `python -m bench.precompile` from here
@@ -39,17 +41,32 @@ def shapes_of(names: str) -> list[Shape]:
     return list(dict.fromkeys(shape for name in names.split(",") for shape in SHAPE_SETS[name]))
 
 
+def cutile_call(shape: Shape, mode: str, walks: str) -> Callable[[], object]:
+    """The launches of bench_kernels' cutile:cutile call at `shape` in `mode`: the cuTile forward and, with fwd_bwd,
+    the cuTile backward's passes on bench_kernels' inputs, its two state walks run as `walks` (WALK_MODES)."""
+    from kernels.cutile.ssd import ssd_backward, ssd_forward
+
+    t = make_inputs(shape, "cuda", requires_grad=False)
+    args = (t["x"], t["dt"], t["A"], t["B"], t["C"], shape.chunk_size, t["D"], t["dt_bias"], True, None)
+    dy = torch.randn_like(t["x"])
+
+    def call() -> None:
+        ssd_forward(*args, "cutile")
+        if mode == "fwd_bwd":
+            ssd_backward(dy, None, *args, walks=walks)
+
+    return call
+
+
 def cutile_worker(shapes: list[Shape], modes: list[str], worker: int, jobs: int, walks: str) -> None:
     """Launch the worker-th, (worker + jobs)-th, ... candidate of every stage's tune space at each shape (the
     first pass learns the largest space; a stage whose space is shorter runs its default), the backward's walks
-    run as `walks` (kernels.cutile.state_walks.WALKS). A launch that fails is reported and skipped, with the stages
-    after it in that call (tuning compiles those itself)."""
+    run as `walks`. A launch that fails is reported and skipped, with the stages after it in that call (tuning
+    compiles those itself)."""
     from kernels.cutile import tuning
 
-    state_walks.WALKS = walks
-
     for shape in shapes:
-        calls = [make_call(shape, "cutile:cutile", mode, "cuda") for mode in modes]
+        calls = [cutile_call(shape, mode, walks) for mode in modes]
         k = worker
         while True:
             with tuning.precompiling(k) as sizes:
@@ -129,9 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-triton", dest="triton", action="store_false", help="skip the Triton process")
     ap.add_argument(
         "--walks",
-        default=state_walks.WALKS,
-        help=f"how the cuTile backward runs its two state walks (kernels.cutile.state_walks.WALKS): "
-        f"{', '.join(state_walks.WALK_MODES)} (default %(default)s)",
+        default=DEFAULT_WALKS,
+        help=f"how the cuTile backward runs its two state walks: {', '.join(WALK_MODES)} (default %(default)s)",
     )
     ap.add_argument("--worker", help=argparse.SUPPRESS)  # set by the parent: an index, or "triton"
     args = ap.parse_args(argv)
@@ -144,10 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     if any(mode not in MODES for mode in modes):
         print(f"precompile: --modes: choose from {', '.join(MODES)}, got {args.modes!r}", file=sys.stderr)
         return 2
-    if args.walks not in state_walks.WALK_MODES:
-        print(
-            f"precompile: --walks: choose from {', '.join(state_walks.WALK_MODES)}, got {args.walks!r}", file=sys.stderr
-        )
+    if args.walks not in WALK_MODES:
+        print(f"precompile: --walks: choose from {', '.join(WALK_MODES)}, got {args.walks!r}", file=sys.stderr)
         return 2
     if args.jobs < 1:
         print(f"precompile: --jobs must be at least 1, got {args.jobs}", file=sys.stderr)

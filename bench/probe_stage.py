@@ -1,7 +1,7 @@
 """Probe one cuTile stage: the production kernel and variant files of it, each checked against its reference
 stage in float64, then timed side by side at the seed shape (or one layer of the medium model's training step,
 --shape step or step_l8192). For tuning: copy kernels/cutile/<stage>.py
-somewhere, change it, and probe both in one run (results/tuning_log.md keeps what was tried).
+somewhere, change it, and probe both in one run (docs/kernels.md keeps what was tried).
 
     python -m bench.probe_stage bwd_dx                                 # the production kernel alone
     python -m bench.probe_stage bwd_dbc /tmp/bwd_dbc_v2.py --chunks 64,128 --calls 20

@@ -1,13 +1,14 @@
 """The Mamba-2 SSD: one entry point, several backends.
 
-    y, final_state = kernels.ssd(x, dt, A, B, C, chunk_size, D=None, dt_bias=None, dt_softplus=False,
+    y, final_state = kernels.ssd(x, dt, A, B, C, chunk_size, D=None, *, dt_bias=None, dt_softplus=False,
                                  initial_states=None, return_final_states=False, backend="auto",
                                  backward="reference")
 
-The signature follows mamba_ssm's `mamba_chunk_scan_combined`, so code written for it can swap in.
-Backends and how one is chosen: kernels/backends.py. Also here: `set_autotune` (cuTile block-size
-search per shape), `tuning_choices` (the cuTile configurations this process decided on, for the record)
-and `set_debug_checks` (value checks that would synchronize with a GPU).
+The arguments it takes are mamba_ssm's `mamba_chunk_scan_combined`'s, by the same names and meanings: x, dt, A, B,
+C, chunk_size and D by position, the rest by keyword (mamba_ssm's positions differ: z comes after D). It takes no z,
+seq_idx, cu_seqlens or dt_limit. Backends and how one is chosen: kernels/backends.py. Also here: `set_autotune`
+(cuTile block-size search per shape) and `tuning_choices` (the cuTile configurations this process decided on, for
+the record).
 """
 
 from __future__ import annotations
@@ -26,21 +27,11 @@ __all__ = [
     "cutile_runs",
     "resolve",
     "set_autotune",
-    "set_debug_checks",
     "ssd",
     "ssd_timer",
     "tuning_choices",
     "unavailable_reason",
 ]
-_debug = {"checks": False}
-
-
-def set_debug_checks(enabled: bool) -> None:
-    """Check input values (A < 0) on GPU tensors too, at the cost of a host-device sync per call.
-
-    On CPU tensors the check costs no sync and always runs.
-    """
-    _debug["checks"] = bool(enabled)
 
 
 def _check_shapes(tensors: dict[str, Tensor | None], chunk_size: int) -> None:
@@ -88,9 +79,10 @@ def _check_shapes(tensors: dict[str, Tensor | None], chunk_size: int) -> None:
 def _check_values(A: Tensor) -> None:
     """A must be negative: a positive A makes the state grow without bound (exp(dt * A) > 1).
 
-    Skipped while torch.compile traces (a data-dependent branch would break the graph).
+    On CPU tensors only (on a GPU the check would make the host wait for the device), and not while torch.compile
+    traces (a data-dependent branch would break the graph).
     """
-    if torch.compiler.is_compiling() or not (A.device.type == "cpu" or _debug["checks"]):
+    if torch.compiler.is_compiling() or A.device.type != "cpu":
         return
     if bool((A >= 0).any()):  # NaN is left to the loss's own check (training stops on a non-finite loss)
         raise ValueError(
@@ -108,6 +100,7 @@ def ssd(
     C: Tensor,
     chunk_size: int,
     D: Tensor | None = None,
+    *,
     dt_bias: Tensor | None = None,
     dt_softplus: bool = False,
     initial_states: Tensor | None = None,
@@ -123,10 +116,11 @@ def ssd(
         chunk_size: tokens per chunk; l need not be a multiple of it.
         D: (h,) skip connection.  dt_bias: (h,) added to dt before softplus.
         initial_states: (b, h, p, n) state before the first token.
-        backend: "torch", "cutile", "triton" or "auto" (cutile on a CUDA GPU where it runs, else torch).
+        backend: "torch", "cutile", "triton" or "auto" (cutile on a CUDA GPU where it runs, else torch); "standin"
+            (y = x·D, kernels/standin.py) is for benchmarks only.
         backward: the cutile backend's gradient: "reference" (autograd through kernels.reference, the
-            design this project measures) or "cutile" (the backward kernels). The torch and triton
-            backends have their own backward and take only "reference".
+            design this project measures) or "cutile" (the backward kernels). The other backends have their own
+            backward and take only "reference"; "cutile" with backend "auto" is refused where auto picks torch.
     Returns:
         y (b, l, h, p) in x's dtype, and with return_final_states the state after the last token
         (b, h, p, n), float32 (float64 for float64 inputs on the torch backend).
@@ -139,8 +133,9 @@ def ssd(
     if backward not in BACKWARDS:
         raise ValueError(f"backward must be one of {', '.join(BACKWARDS)}, got {backward!r}")
     name = resolve(backend, x.device.type, x.device.index)
-    if backward != "reference" and name != "cutile":
-        raise ValueError(f"backward={backward!r} needs the cutile backend; the {name} backend has its own backward")
+    if backward == "cutile" and name != "cutile":
+        runs = f"backend {backend!r} runs {name} here" if backend != name else f"the {name} backend"
+        raise ValueError(f"backward='cutile' needs the cutile backend; {runs}, which has its own backward")
     fn = implementation(name)
     extra = (backward,) if name == "cutile" else ()
 

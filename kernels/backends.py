@@ -4,6 +4,7 @@
     cutile  kernels.cutile.ssd.ssd_cutile: cuTile forward; backward "reference" (autograd through the
             reference) or "cutile" (the backward kernels); needs a CUDA GPU, cuda-tile and its compiler
     triton  kernels.triton_backend.ssd_triton: mamba_ssm 2.3.2.post1 (CUDA GPU, mamba_ssm installed)
+    standin kernels.standin.ssd_standin: y = x·D, any device; for the bench only (the rest of a step without the SSD)
 
 `unavailable_reason` is the one answer to "can this backend run here, and if not why" (device, import,
 compiler); `resolve` turns "auto" into cutile where that answer is yes, else torch, and logs the choice once.
@@ -20,8 +21,9 @@ import torch
 
 log = logging.getLogger("kernels")
 
-BACKENDS = ("torch", "cutile", "triton")
+BACKENDS = ("torch", "cutile", "triton", "standin")
 BACKWARDS = ("reference", "cutile")  # the cutile backend's gradient: autograd through the reference, or kernels
+GPU_BACKENDS = ("cutile", "triton")
 INSTALL_HINTS = {"cutile": "pip install 'cuda-tile[tileiras]'", "triton": "install mamba_ssm 2.3.2.post1 and triton"}
 
 
@@ -32,6 +34,10 @@ def implementation(name: str) -> Callable:
         from kernels.reference import ssd_chunked
 
         return ssd_chunked
+    if name == "standin":
+        from kernels.standin import ssd_standin
+
+        return ssd_standin
     if name == "cutile":
         from kernels.cutile.ssd import ssd_cutile
 
@@ -57,7 +63,7 @@ def unavailable_reason(name: str, device: torch.device | str) -> str | None:
     if name not in BACKENDS:
         return f"unknown SSD backend {name!r}; choose one of {', '.join((*BACKENDS, 'auto'))}"
     device = torch.device(device)
-    if name != "torch":
+    if name in GPU_BACKENDS:
         if not torch.cuda.is_available():
             return f"the {name} backend needs a CUDA GPU and torch sees none on this machine"
         if device.type != "cuda":

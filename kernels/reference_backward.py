@@ -23,8 +23,7 @@ R = dCB ∘ CB, r_s = dt_s x_s · (e_s Ĝ_c B_s), q_t = dy_t · (exp(Λ_t) S_c C
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -206,59 +205,6 @@ def chunk_cumsum_bwd(
     return ddt, torch.stack((dA, dbias, dD))
 
 
-class Passes(NamedTuple):
-    """The stage functions one backward composes: these references, or the cuTile kernels' host functions.
-    A chunk_cumsum pass may return a third tensor after dt_out and dA_cumsum, which `ssd_backward` passes to
-    bwd_dx as its last argument (the cuTile passes: dA_cumsum·log2(e), written by the same launch)."""
-
-    chunk_cumsum: Callable
-    state_walks: Callable
-    bwd_dx: Callable
-    bwd_dbc: Callable
-    chunk_cumsum_bwd: Callable
-
-
-def ssd_backward(
-    dy: Tensor,
-    dfinal_state: Tensor | None,
-    x: Tensor,
-    dt: Tensor,
-    A: Tensor,
-    B: Tensor,
-    C: Tensor,
-    chunk_size: int,
-    D: Tensor | None = None,
-    dt_bias: Tensor | None = None,
-    dt_softplus: bool = False,
-    initial_states: Tensor | None = None,
-    passes: Passes | None = None,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor | None]:
-    """Every gradient of `kernels.reference.ssd_chunked`, pass by pass, the per-head ones in one tensor.
-    Shapes as `kernels.ssd`; `passes` are the stage functions to compose (default: the references here).
-
-    Returns:
-        dx, ddt, dB, dC, dheads, dinitial_states: dx, dB, dC as the passes return them, the rest in the compute
-        dtype; dheads (3, h) holds dA, d dt_bias, dD (zero rows for absent inputs); dinitial_states
-        is None when initial_states is.
-    """
-    p = passes or REFERENCE
-    dt_out, dA_cumsum, *for_dx = p.chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
-    chunk_states, _, dstates, dinit = p.state_walks(x, B, dt_out, dA_cumsum, initial_states, dy, C, dfinal_state)
-    dx, ddt_dir, da_intra, dD_parts = p.bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D, *for_dx)
-    dB, dC, da_inter = p.bwd_dbc(x, dy, B, C, dt_out, dA_cumsum, chunk_states, dstates)
-    ddt, dheads = p.chunk_cumsum_bwd(ddt_dir, da_intra, da_inter, dt_out, dt, A, dt_softplus, dt_bias, dD_parts)
-    return dx, ddt, dB, dC, dheads, None if initial_states is None else dinit
-
-
-def by_input(grads: Sequence[Tensor | None], D: Tensor | None = None, dt_bias: Tensor | None = None) -> tuple:
-    """`ssd_backward`'s gradients (or the backward op's, the same six) in the order of the SSD's inputs: dx, ddt, dA,
-    dB, dC, dD, ddt_bias, dinitial_states; dA, ddt_bias and dD are rows of dheads, dD and ddt_bias None when D and
-    dt_bias are."""
-    dx, ddt, dB, dC, dheads, dinit = grads
-    dA, dbias, dD = dheads.unbind(0)
-    return dx, ddt, dA, dB, dC, None if D is None else dD, None if dt_bias is None else dbias, dinit
-
-
 def state_walks(
     x: Tensor,
     B: Tensor,
@@ -274,4 +220,39 @@ def state_walks(
     return (*fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states), *bwd_pass_state(dy, C, dA_cumsum, dfinal_state))
 
 
-REFERENCE = Passes(chunk_cumsum, state_walks, bwd_dx, bwd_dbc, chunk_cumsum_bwd)
+def ssd_backward(
+    dy: Tensor,
+    dfinal_state: Tensor | None,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    chunk_size: int,
+    D: Tensor | None = None,
+    dt_bias: Tensor | None = None,
+    dt_softplus: bool = False,
+    initial_states: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor | None]:
+    """Every gradient of `kernels.reference.ssd_chunked`, pass by pass, the per-head ones in one tensor.
+    Shapes as `kernels.ssd`. `kernels.cutile.ssd.ssd_backward` composes the cuTile passes the same way.
+
+    Returns:
+        dx, ddt, dB, dC, dheads, dinitial_states in the compute dtype; dheads (3, h) holds dA, d dt_bias, dD (zero rows
+        for absent inputs); dinitial_states is None when initial_states is.
+    """
+    dt_out, dA_cumsum = chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
+    chunk_states, _, dstates, dinit = state_walks(x, B, dt_out, dA_cumsum, initial_states, dy, C, dfinal_state)
+    dx, ddt_dir, da_intra, dD_parts = bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D)
+    dB, dC, da_inter = bwd_dbc(x, dy, B, C, dt_out, dA_cumsum, chunk_states, dstates)
+    ddt, dheads = chunk_cumsum_bwd(ddt_dir, da_intra, da_inter, dt_out, dt, A, dt_softplus, dt_bias, dD_parts)
+    return dx, ddt, dB, dC, dheads, None if initial_states is None else dinit
+
+
+def by_input(grads: Sequence[Tensor | None], D: Tensor | None = None, dt_bias: Tensor | None = None) -> tuple:
+    """`ssd_backward`'s gradients (or the backward op's, the same six) in the order of the SSD's inputs: dx, ddt, dA,
+    dB, dC, dD, ddt_bias, dinitial_states; dA, ddt_bias and dD are rows of dheads, dD and ddt_bias None when D and
+    dt_bias are."""
+    dx, ddt, dB, dC, dheads, dinit = grads
+    dA, dbias, dD = dheads.unbind(0)
+    return dx, ddt, dA, dB, dC, None if D is None else dD, None if dt_bias is None else dbias, dinit

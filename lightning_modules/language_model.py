@@ -80,11 +80,6 @@ class LanguageModel(L.LightningModule):
         norm, cannot)."""
         device = self.device
         name = kernels.resolve(self.config.ssd_backend, device.type, device.index)
-        if self.config.ssd_backward != "reference" and name != "cutile":
-            raise ValueError(
-                f"model.config.ssd_backward {self.config.ssd_backward!r} needs the cutile backend, but "
-                f"ssd_backend {self.config.ssd_backend!r} resolved to {name!r} here; use ssd_backward reference"
-            )
         configured = (self.config.conv_backend, self.config.norm_backend)
         for key, value in zip(("conv_backend", "norm_backend"), configured, strict=True):
             if value == "cutile" and (reason := kernels.unavailable_reason("cutile", device)):

@@ -93,9 +93,12 @@ class Mamba2Config:
     """Everything that defines the model: sizes, initialisation, and which SSD implementation runs it.
 
     ssd_backend: "auto", "torch", "cutile" or "triton" (kernels.ssd; "auto" is resolved per device,
-        cutile on a CUDA GPU where it runs, else torch, and logged).
+        cutile on a CUDA GPU where it runs, else torch, and logged); "standin" (y = x·D, kernels/standin.py)
+        only for benchmarks that time the step without the SSD.
     ssd_backward: the cutile backend's backward, "reference" (autograd through kernels/reference.py)
-        or "cutile" (the backward kernels); the other backends have one backward each.
+        or "cutile" (the backward kernels), which needs ssd_backend "cutile": "auto" is refused with it, since it
+        runs torch where cuTile cannot, and silently dropping the kernels would change what a run measures.
+        The other backends have one backward each.
     vocab_size: train.py sets it from data.vocab_size.
     loss_chunk: tokens per chunk of the LM head + cross-entropy (loss.py): the logits held at once.
     conv_backend: the causal conv + SiLU, "torch" (layers.causal_conv1d_silu, fused by torch.compile),
@@ -141,9 +144,11 @@ class Mamba2Config:
             )
         if self.ssd_backward not in kernels.BACKWARDS:
             raise ValueError(f"ssd_backward must be one of {', '.join(kernels.BACKWARDS)}; got {self.ssd_backward!r}")
-        if self.ssd_backward != "reference" and self.ssd_backend not in ("cutile", "auto"):
+        if self.ssd_backward == "cutile" and self.ssd_backend != "cutile":
+            auto = " (auto runs torch where cuTile cannot)" if self.ssd_backend == "auto" else ""
             raise ValueError(
-                f"ssd_backward {self.ssd_backward!r} is the cutile backend's; ssd_backend is {self.ssd_backend!r}"
+                f"ssd_backward 'cutile' needs the cutile backend, got ssd_backend {self.ssd_backend!r}{auto}; "
+                "set ssd_backend cutile or ssd_backward reference"
             )
         for name in ("conv_backend", "norm_backend"):
             if getattr(self, name) not in LAYER_BACKENDS:
@@ -185,14 +190,13 @@ class RMSNorm(nn.Module):
 
 
 class Mamba2Block(nn.Module):
-    """One Mamba-2 mixer. `ssd` is a function with kernels.ssd's signature: kernels.ssd itself unless a
-    benchmark passes a stand-in; it is called with the config's backend and backward."""
+    """One Mamba-2 mixer; its SSD is kernels.ssd with the config's backend and backward."""
 
-    def __init__(self, cfg: Mamba2Config, layer_idx: int, ssd: Callable[..., Tensor] = kernels.ssd):
+    def __init__(self, cfg: Mamba2Config, layer_idx: int):
         super().__init__()
         self.cfg = cfg
         self.layer_idx = layer_idx
-        self.ssd, self.ssd_backend, self.ssd_backward = ssd, cfg.ssd_backend, cfg.ssd_backward
+        self.ssd_backend, self.ssd_backward = cfg.ssd_backend, cfg.ssd_backward
         self.conv = conv_implementation(cfg.conv_backend)
         d_inner, h, gn = cfg.d_inner, cfg.nheads, cfg.ngroups * cfg.d_state
         self.conv_dim = d_inner + 2 * gn
@@ -234,7 +238,7 @@ class Mamba2Block(nn.Module):
         b, l, _ = u.shape
         z, xbc, dt = split_linear(u, self.in_proj.weight, self._in_proj_sizes)
         x, B, C = self.conv(xbc, self.conv1d.weight[:, 0], self.conv1d.bias, self._xbc_sizes)
-        y = self.ssd(
+        y = kernels.ssd(
             x.reshape(b, l, cfg.nheads, cfg.headdim),
             dt,
             -torch.exp(self.A_log.float()),
@@ -279,18 +283,15 @@ class Mamba2Block(nn.Module):
 
 
 class Mamba2LM(nn.Module):
-    """Mamba-2 language model: tokens (b, l) int64 -> logits (b, l, vocab_size), or the loss given targets.
+    """Mamba-2 language model: tokens (b, l) int64 -> logits (b, l, vocab_size), or the loss given targets."""
 
-    ssd: what the blocks call for the SSD (kernels.ssd; the step benchmark passes a stand-in).
-    """
-
-    def __init__(self, cfg: Mamba2Config, ssd: Callable[..., Tensor] = kernels.ssd):
+    def __init__(self, cfg: Mamba2Config):
         super().__init__()
         cfg.validate()
         self.cfg = cfg
         self.embedding = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.norms = nn.ModuleList(RMSNorm(cfg.d_model, cfg.norm_eps) for _ in range(cfg.n_layer))
-        self.layers = nn.ModuleList(Mamba2Block(cfg, i, ssd) for i in range(cfg.n_layer))
+        self.layers = nn.ModuleList(Mamba2Block(cfg, i) for i in range(cfg.n_layer))
         self.norm_f = RMSNorm(cfg.d_model, cfg.norm_eps)
         nn.init.normal_(self.embedding.weight, std=0.02)
         for p in self.parameters():  # norms, biases, A_log, D, dt_bias; tagged while shapes are whole (FSDP flattens)

@@ -1,6 +1,6 @@
 """Where the host time of an SSD call goes. The cuTile forward + cuTile backward at the seed shape is
-host-bound in eager mode: 2.33 ms of wall clock a call against 0.96 ms of GPU time (BENCHMARKS.md), and issue 10
-asks for 3x Triton's wall clock (2.54x now). This probe calls one bench_kernels variant back to back and reports:
+host-bound in eager mode: its wall clock a call exceeds its GPU time (BENCHMARKS.md has both). This probe calls one
+bench_kernels variant back to back and reports:
 
 - host time a call: the time to enqueue N calls (no synchronization inside; the GPU's queue holds them), over N;
 - the same calls under cProfile, each function's own time put into one of five groups: cuTile (its C
@@ -12,7 +12,7 @@ asks for 3x Triton's wall clock (2.54x now). This probe calls one bench_kernels 
 cProfile slows Python code more than C code, so the groups' shares are indicative; the first line's figure is
 the unprofiled one. On a GPU, autograd runs the backward on its device thread, and Python 3.12's cProfile (built on
 sys.monitoring) takes every thread's calls into one call stack, so own times there land on the wrong functions:
-results/probes/eager_paths.py apportions the host time by calling paths instead.
+there, compare calling paths (the op against its bodies called directly) rather than own times.
 
     python -m bench.probes.host_path --shapes seed,step                 # on a GPU, cutile:cutile
     python -m bench.probes.host_path --shapes seed --variant triton     # mamba_ssm's, for comparison
@@ -69,7 +69,7 @@ def mock_cuda(record: bool = True) -> list[tuple]:
     unless `record` is False (host_python_cpu.py, which calls the stages thousands of times, keeps none)."""
     import cuda.tile as ct
 
-    from kernels.cutile import launch, ssd, state_walks, tuning
+    from kernels.cutile import launch, ssd, tuning
 
     launched: list[tuple] = []
     ct.launch = (lambda stream, grid, kernel, args: launched.append(args)) if record else (lambda *_: None)
@@ -78,8 +78,6 @@ def mock_cuda(record: bool = True) -> list[tuple]:
     launch.raw_stream = lambda device: 0  # a CPU build of torch has no CUDA stream to read
     tuning._gpu_key = lambda device: "cpu"
     ssd.check_inputs = lambda *args: None  # it refuses CPU tensors
-    if state_walks.WALKS == "aside":  # no second CUDA stream on the CPU
-        state_walks.WALKS = "one stream"
     return launched
 
 

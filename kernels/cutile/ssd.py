@@ -2,38 +2,36 @@
 
     forward   chunk_cumsum -> fwd_pass_state -> compute_out                  (as kernels.reference.ssd_chunked)
     backward  "reference": autograd through kernels.reference.ssd_chunked   (the design this project measures)
-              "cutile":    kernels.reference_backward.ssd_backward composing the cuTile passes:
-                           chunk_cumsum (also writing dA_cumsum·log2(e) for bwd_dx) -> the two state walks
-                           (kernels.cutile.state_walks: fwd_pass_state's recomputing the chunk states and
-                           bwd_pass_state's, in one launch) -> bwd_dx -> bwd_dbc -> chunk_cumsum_bwd
+              "cutile":    `ssd_backward`, the cuTile passes composed as kernels.reference_backward.ssd_backward
+                           composes the reference ones: chunk_cumsum (also writing dA_cumsum·log2(e) for bwd_dx)
+                           -> the two state walks (kernels.cutile.state_walks: fwd_pass_state's recomputing the
+                           chunk states and bwd_pass_state's, by default in one launch) -> bwd_dx -> bwd_dbc
+                           -> chunk_cumsum_bwd
 
 Only the inputs are saved for the backward; the chunk states are recomputed there. The chunked form's result
 does not depend on the chunk size (up to rounding), so the cuTile backward picks its own: at most
 BACKWARD_CHUNK tokens, whose chunk x chunk tiles fit a program's registers (at 128 they spill). The backend's entry,
-`ssd_cutile`, runs the two bodies (`ssd_forward`, `ssd_gradients`) as `torch.library.custom_op`s with fake
-implementations and an autograd registration while torch.compile traces, so `torch.compile(model, fullgraph=True)`
-holds each as a single node, and as an autograd.Function (EagerSSD) otherwise. An output the loss does not use
-reaches the backward as None, not as a tensor of zeros: the final state's, usually, which then costs no fill and
-no read (bwd_pass_state starts from zero in registers).
+`ssd_cutile`, is the op kernels.op builds of the two bodies (`ssd_forward`, `ssd_gradients`): the custom ops
+mamba2_cutile::ssd_fwd and ssd_bwd while torch.compile traces, an autograd.Function otherwise. An output the loss
+does not use reaches the backward as None, not as a tensor of zeros: the final state's, usually, which then costs
+no fill and no read (bwd_pass_state starts from zero in registers).
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from kernels import reference
-from kernels.backends import BACKWARDS
 from kernels.cutile.bwd_dbc import bwd_dbc
 from kernels.cutile.bwd_dx import bwd_dx
 from kernels.cutile.chunk_cumsum import chunk_cumsum, chunk_cumsum_log2
 from kernels.cutile.chunk_cumsum_bwd import chunk_cumsum_bwd
 from kernels.cutile.compute_out import compute_out
 from kernels.cutile.fwd_pass_state import fwd_pass_state
-from kernels.cutile.state_walks import after_state_walks, state_walks
-from kernels.reference_backward import Passes, by_input, ssd_backward
+from kernels.cutile.state_walks import DEFAULT_WALKS, state_walks, wait_for_walks
+from kernels.op import differentiable_op
+from kernels.reference_backward import by_input
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 SUPPORTED_CHUNKS = (16, 32, 64, 128, 256)
@@ -41,7 +39,7 @@ BACKWARD_CHUNK = 64  # the cuTile backward's chunk size at most (it holds chunk 
 MAX_DIM = 256  # head dim and state dim: one tile each
 
 
-def check_inputs(tensors: dict[str, Tensor | None], chunk_size: int, backward: str) -> None:
+def check_inputs(tensors: dict[str, Tensor | None], chunk_size: int) -> None:
     """Raise ValueError for inputs the kernels cannot take as they are (shapes are checked by kernels.ssd).
 
     Args:
@@ -69,17 +67,9 @@ def check_inputs(tensors: dict[str, Tensor | None], chunk_size: int, backward: s
         )
     if chunk_size not in SUPPORTED_CHUNKS:
         raise ValueError(f"cutile backend: chunk_size {chunk_size} not supported; use one of {SUPPORTED_CHUNKS}")
-    if backward not in BACKWARDS:
-        raise ValueError(f"cutile backend: backward must be one of {', '.join(BACKWARDS)}, got {backward!r}")
     p, n = x.shape[-1], B.shape[-1]
     if p > MAX_DIM or n > MAX_DIM:
         raise ValueError(f"cutile backend: head dim {p} and state dim {n} must be at most {MAX_DIM}")
-
-
-# the backward's passes: stage 1 also writes dA_cumsum·log2(e), which ssd_backward hands to bwd_dx; the two walks
-# run as kernels.cutile.state_walks.WALKS says (by default both in one launch;
-# "aside" puts the recompute on a second stream, joined before bwd_dbc)
-CUTILE = Passes(chunk_cumsum_log2, state_walks, bwd_dx, after_state_walks(bwd_dbc), chunk_cumsum_bwd)
 
 
 def ssd_forward(
@@ -97,32 +87,55 @@ def ssd_forward(
 ) -> tuple[Tensor, Tensor]:
     """cuTile forward: y (b, l, h, p) in x's dtype, final_state (b, h, p, n) float32.
 
-    `backward` ("reference" or "cutile") chooses how its gradient is computed (see `ssd_cutile`). The inputs are
-    checked first (at run time also under torch.compile).
+    `backward` ("reference" or "cutile", checked by kernels.ssd) chooses how its gradient is computed (see
+    `ssd_gradients`). The inputs are checked first (at run time also under torch.compile).
     """
     tensors = {"x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "dt_bias": dt_bias, "initial_states": initial_states}
-    check_inputs(tensors, chunk_size, backward)
+    check_inputs(tensors, chunk_size)
     dt_out, dA_cumsum = chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
     chunk_states, final_state = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
     return compute_out(x, B, C, dt_out, dA_cumsum, chunk_states, D), final_state
 
 
-# needs_fixed_stride_order: the kernels take any view with last stride 1 (dt is a view of in_proj's output), so
-# Inductor must not copy inputs to match eager strides exactly.
-ssd_fwd = torch.library.custom_op(
-    "mamba2_cutile::ssd_fwd",
-    ssd_forward,
-    mutates_args=(),
-    device_types="cuda",
-    tags=(torch.Tag.needs_fixed_stride_order,),
-)
-
-
-@ssd_fwd.register_fake
-def _ssd_fwd_fake(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, backward):
+def _ssd_forward_fake(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, backward):
     b, _, h, p = x.shape
     n = B.shape[-1]
     return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty((b, h, p, n), dtype=torch.float32)
+
+
+def ssd_backward(
+    dy: Tensor,
+    dfinal_state: Tensor | None,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    chunk_size: int,
+    D: Tensor | None = None,
+    dt_bias: Tensor | None = None,
+    dt_softplus: bool = False,
+    initial_states: Tensor | None = None,
+    walks: str = DEFAULT_WALKS,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor | None]:
+    """The cuTile backward: kernels.reference_backward.ssd_backward's contract, on the cuTile passes.
+
+    Args:
+        chunk_size: the forward's; the passes run at min(chunk_size, BACKWARD_CHUNK).
+        walks: how the two state walks run (kernels.cutile.state_walks.WALK_MODES).
+    Returns:
+        dx, ddt, dB, dC in their inputs' dtypes; dheads (3, h) float32 holds dA, d dt_bias, dD (zero rows for absent
+        inputs); dinitial_states is None when initial_states is.
+    """
+    Q = min(chunk_size, BACKWARD_CHUNK)
+    dy = dy.contiguous()
+    dt_out, dA_cumsum, dA_log2 = chunk_cumsum_log2(dt, A, Q, dt_bias, dt_softplus)
+    chunk_states, _, dstates, dinit = state_walks(x, B, dt_out, dA_cumsum, initial_states, dy, C, dfinal_state, walks)
+    dx, ddt_dir, da_intra, dD_parts = bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D, dA_log2)
+    wait_for_walks(x.device, walks)  # bwd_dbc reads the recomputed chunk states
+    dB, dC, da_inter = bwd_dbc(x, dy, B, C, dt_out, dA_cumsum, chunk_states, dstates)
+    ddt, dheads = chunk_cumsum_bwd(ddt_dir, da_intra, da_inter, dt_out, dt, A, dt_softplus, dt_bias, dD_parts)
+    return dx, ddt, dB, dC, dheads, None if initial_states is None else dinit
 
 
 def heads_dtype(A: Tensor) -> torch.dtype:
@@ -151,7 +164,7 @@ def _reference_grads(dy, dfinal, x, dt, A, B, C, chunk_size, D, dt_bias, dt_soft
 
 
 def ssd_gradients(
-    dy: Tensor,
+    dy: Tensor | None,
     dfinal: Tensor | None,
     x: Tensor,
     dt: Tensor,
@@ -168,13 +181,14 @@ def ssd_gradients(
     """Gradients [dx, ddt, dB, dC, dheads, dinitial_states], each in its input's dtype and layout (contiguous);
     dheads (3, h), float32 (float64 with a float64 A), holds the rows dA, d dt_bias, dD (a row is zero when its
     input is None; kernels.reference_backward.by_input splits them): one tensor, because an op's outputs may not
-    share memory and the cuTile passes finish all three in one sum. Without initial_states, an
-    empty tensor stands in for its gradient."""
+    share memory and the cuTile passes finish all three in one sum. Without initial_states, an empty tensor stands
+    in for its gradient. dy or dfinal None: that output's gradient is zero (the loss does not use it)."""
+    if dy is None:
+        dy = torch.zeros_like(x)
     rest = (D, dt_bias, dt_softplus, initial_states)
     dtype = heads_dtype(A)
     if backward == "cutile":
-        Q = min(chunk_size, BACKWARD_CHUNK)
-        dx, ddt, dB, dC, dheads, dinit = ssd_backward(dy.contiguous(), dfinal, x, dt, A, B, C, Q, *rest, CUTILE)
+        dx, ddt, dB, dC, dheads, dinit = ssd_backward(dy, dfinal, x, dt, A, B, C, chunk_size, *rest)
     else:
         if dfinal is None:
             dfinal = x.new_zeros(x.shape[:1] + x.shape[2:] + B.shape[-1:], dtype=torch.float32)
@@ -192,62 +206,31 @@ def ssd_gradients(
     return [*out[:4], dheads.to(dtype), out[4]]
 
 
-ssd_bwd = torch.library.custom_op(
-    "mamba2_cutile::ssd_bwd", ssd_gradients, mutates_args=(), tags=(torch.Tag.needs_fixed_stride_order,)
-)
-
-
-@ssd_bwd.register_fake
-def _ssd_bwd_fake(dy, dfinal, x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, backward):
+def _ssd_gradients_fake(dy, dfinal, x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, backward):
     dinit = x.new_empty(0) if initial_states is None else initial_states.new_empty(initial_states.shape)
     return [t.new_empty(t.shape) for t in (x, dt, B, C)] + [A.new_empty((3, *A.shape), dtype=heads_dtype(A)), dinit]
 
 
-def _setup_context(ctx, inputs, output) -> None:
-    x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, backward = inputs
-    ctx.chunk_size, ctx.dt_softplus, ctx.backward = chunk_size, dt_softplus, backward
-    ctx.save_for_backward(x, dt, A, B, C, D, dt_bias, initial_states)
-    ctx.set_materialize_grads(False)  # an unused output's gradient stays None (_backward and ssd_bwd take None)
-
-
-def _input_gradients(gradients: Callable[..., list[Tensor]], ctx, dy: Tensor | None, dfinal: Tensor | None):
-    """The gradient of each forward input, from `gradients` (ssd_gradients, or the op made of it)."""
-    x, dt, A, B, C, D, dt_bias, initial_states = ctx.saved_tensors
-    if dy is None:
-        dy = torch.zeros_like(x)
-    grads = gradients(
-        dy, dfinal, x, dt, A, B, C, ctx.chunk_size, D, dt_bias, ctx.dt_softplus, initial_states, ctx.backward
-    )
+def _input_gradients(grads: list[Tensor], inputs: list) -> tuple[Tensor | None, ...]:
+    """ssd_gradients' six -> the gradients of x, dt, A, B, C, D, dt_bias, initial_states (per-head ones in their
+    inputs' dtypes)."""
+    A, D, dt_bias = inputs[2], inputs[6], inputs[7]
     dx, ddt, dA, dB, dC, dD, dbias, dinit = by_input(grads, D, dt_bias)
     dA, dD, dbias = (None if t is None else g.to(t.dtype) for g, t in ((dA, A), (dD, D), (dbias, dt_bias)))
-    return dx, ddt, dA, dB, dC, None, dD, dbias, None, None if initial_states is None else dinit, None
+    return dx, ddt, dA, dB, dC, dD, dbias, dinit
 
 
-def _backward(ctx, dy: Tensor | None, dfinal: Tensor | None):
-    """The op's backward: through the op ssd_bwd, so that a compiled backward graph holds it as one node."""
-    return _input_gradients(ssd_bwd, ctx, dy, dfinal)
-
-
-torch.library.register_autograd("mamba2_cutile::ssd_fwd", _backward, setup_context=_setup_context)
-
-
-class EagerSSD(torch.autograd.Function):
-    """ssd_forward and ssd_gradients as an autograd.Function, for calls outside torch.compile. The computation is
-    the ops', without their dispatch (the custom op's autograd wrapper and two trips through the dispatcher),
-    which costs about 0.26 ms of host time per forward + backward at the seed shape on an H200's host
-    (results/probes/eager_paths.py: the op 1.53 ms, the same bodies as a Function 1.26). Its forward takes ctx
-    itself: with a separate setup_context, Function.apply binds the arguments through inspect.signature on every
-    call."""
-
-    @staticmethod
-    def forward(ctx, *args):
-        output = ssd_forward(*args)
-        _setup_context(ctx, args, output)
-        return output
-
-    @staticmethod
-    def backward(ctx, dy: Tensor | None, dfinal: Tensor | None):
-        return _input_gradients(ssd_gradients, ctx, dy, dfinal)
+SSD = differentiable_op(
+    "mamba2_cutile::ssd",
+    ssd_forward,
+    _ssd_forward_fake,
+    ssd_gradients,
+    _ssd_gradients_fake,
+    _input_gradients,
+    materialize_grads=False,
+    device_types="cuda",
+)
+ssd_fwd, ssd_bwd = SSD.forward_op, SSD.backward_op
 
 
 def ssd_cutile(
@@ -264,9 +247,5 @@ def ssd_cutile(
     backward: str,
 ) -> tuple[Tensor, Tensor]:
     """The cutile backend of `kernels.ssd`: y (b, l, h, p) in x's dtype and final_state (b, h, p, n) float32,
-    differentiable. While torch.compile traces, the custom op ssd_fwd (a single graph node, its backward the op
-    ssd_bwd); otherwise EagerSSD, the same bodies with less host time."""
-    args = (x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, backward)
-    if torch.compiler.is_compiling():
-        return ssd_fwd(*args)
-    return EagerSSD.apply(*args)
+    differentiable, its gradient by `backward` ("reference" or "cutile")."""
+    return SSD(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, backward)

@@ -2,20 +2,16 @@
 first b·h rows of programs, the states' gradient (bwd_pass_state's walk) in the other b·h.
 
 Each walk has one program per (batch, head, head-dim tile, state tile) walking every chunk in turn: at the seed
-shape 128 programs each, fewer than the H200's 132 SMs. Launched apart, they run at once only as far as the host
-launches them close together and their builds fit an SM together. In eager mode the host is the slower side (at the
-seed the two overlapped 7.8 us of 126 and 146: results/probes/stream_timeline_seed_2026-12-03.txt), and
-bwd_pass_state at occupancy 1 takes the whole register file. In one launch both walks' programs are queued at once;
-at occupancy 2 the sm_90 build takes 128 registers and 97.5 KB of shared memory a program, so two programs share
-an SM. Both halves take the same tile and occupancy; the forward half takes `chunks_per_step` chunks an iteration.
-`state_walks`, the cuTile backward's pass, runs the two walks as WALKS says: by default in this one launch.
+shape fewer programs than an H200 has SMs. Launched apart, they run at once only as far as the host launches them
+close together and their builds fit an SM together; in eager mode the host is the slower side. In one launch both
+walks' programs are queued at once, and at occupancy 2 two programs share an SM. Both halves take the same tile and
+occupancy; the forward half takes `chunks_per_step` chunks an iteration. `state_walks`, the cuTile backward's pass,
+runs the two walks as its `walks` argument says: by default in this one launch (docs/kernels.md has the timings).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-from collections.abc import Callable
 
 import cuda.tile as ct
 import torch
@@ -65,22 +61,21 @@ def launch_both(arrays: tuple[torch.Tensor, ...], has_init: bool, has_dfinal: bo
     launch("state_walks", key, StateConfig(), lambda: search_space(p, n, chunk_size), spec, x.device)
 
 
-# How the backward runs its two walks. Neither needs the other's result, and each has too few programs to fill the
-# GPU alone at the seed shape.
-#   "aside"       the recompute (fwd_pass_state) on a second stream of the device, bwd_pass_state and bwd_dx after
-#                 it on the current one; bwd_dbc, the first pass reading the chunk states, waits for the second
-#                 stream (after_state_walks). Ordering of memory: every launch on the second stream is queued after
-#                 what the current stream holds at that point, and the current stream waits for the second before
-#                 bwd_dbc, so a buffer either stream frees is reused only after the other's last use of it (no
-#                 record_stream needed; CUDA graph capture follows the same fork and join).
-#   "one stream"  both walks on the current stream, one after the other.
-#   "one launch"  both in state_walks_kernel on the current stream: the default. In one process on an H200 its
-#                 forward + backward took 0.778 ms of GPU time at the seed shape against 0.815 aside and 0.856 on
-#                 one stream, 0.593 against 0.621 at the L 8192 step layer, and 0.581 against 0.574 at L 2048
-#                 (results/probes/recompute_aside_ab_2026-12-03.txt); the gradients are equal bit for bit.
-# results/probes/recompute_aside_ab.py compares them.
 WALK_MODES = ("aside", "one stream", "one launch")
-WALKS = "one launch"
+"""How the cuTile backward runs its two walks (`state_walks`' `walks`). Neither needs the other's result, and at the
+seed shape each has too few programs to fill the GPU alone.
+    "one launch"  both in state_walks_kernel on the current stream: the default, the fastest where each walk alone
+                  leaves SMs idle (docs/kernels.md, state_walks).
+    "one stream"  fwd_pass_state's and bwd_pass_state's launches on the current stream, one after the other.
+    "aside"       the recompute (fwd_pass_state) on a second stream of the device, bwd_pass_state and bwd_dx after it
+                  on the current one; the first pass reading the chunk states (bwd_dbc) waits for the second stream
+                  (`wait_for_walks`). Ordering of memory: every launch on the second stream is queued after what the
+                  current stream holds at that point, and the current stream waits for the second before bwd_dbc, so
+                  a buffer either stream frees is reused only after the other's last use of it (no record_stream
+                  needed; CUDA graph capture follows the same fork and join). Its gradients equal one stream's bit
+                  for bit.
+"""
+DEFAULT_WALKS = "one launch"
 _second_streams: dict[torch.device, torch.cuda.Stream] = {}
 
 
@@ -100,8 +95,10 @@ def state_walks(
     dy: torch.Tensor,
     C: torch.Tensor,
     dfinal_state: torch.Tensor | None,
+    walks: str = DEFAULT_WALKS,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The cuTile backward's two walks, run as WALKS says. Same contract as `kernels.reference_backward.state_walks`.
+    """The cuTile backward's two walks, run as `walks` (one of WALK_MODES) says. Same contract as
+    `kernels.reference_backward.state_walks`; with "aside", call `wait_for_walks` before reading the chunk states.
 
     Args:
         x, dy: (b, l, h, p).  B, C: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) float32.
@@ -109,15 +106,15 @@ def state_walks(
     Returns:
         chunk_states, final_state, dstates, dinitial_states.
     """
-    if WALKS not in WALK_MODES:
-        raise ValueError(f"kernels.cutile.state_walks.WALKS must be one of {WALK_MODES}, got {WALKS!r}")
-    if WALKS == "one launch":
+    if walks not in WALK_MODES:
+        raise ValueError(f"walks must be one of {', '.join(map(repr, WALK_MODES))}, got {walks!r}")
+    if walks == "one launch":
         arrays = forward.walk_arrays(x, B, dt_out, dA_cumsum, initial_states)
         arrays += backward.walk_arrays(dy, C, dA_cumsum, dfinal_state)
         launch_both(arrays, initial_states is not None, dfinal_state is not None)
         return arrays[5], arrays[6], arrays[11], arrays[12]
     stream = contextlib.nullcontext()
-    if WALKS == "aside":
+    if walks == "aside":
         second = second_stream(x.device)
         second.wait_stream(torch.cuda.current_stream(x.device))
         stream = torch.cuda.stream(second)
@@ -126,14 +123,8 @@ def state_walks(
     return chunk_states, final_state, *backward.bwd_pass_state(dy, C, dA_cumsum, dfinal_state)
 
 
-def after_state_walks(stage: Callable) -> Callable:
-    """`stage` (first argument: a tensor on the device) queued on the current stream after what the device's second
-    stream holds, when WALKS is "aside"."""
-
-    @functools.wraps(stage)
-    def run(x: torch.Tensor, *args, **kwargs):
-        if WALKS == "aside":
-            torch.cuda.current_stream(x.device).wait_stream(second_stream(x.device))
-        return stage(x, *args, **kwargs)
-
-    return run
+def wait_for_walks(device: torch.device, walks: str) -> None:
+    """With walks "aside": queue what follows on the device's current stream after the recompute on its second
+    stream (the chunk states are ready). Nothing for the other modes."""
+    if walks == "aside":
+        torch.cuda.current_stream(device).wait_stream(second_stream(device))

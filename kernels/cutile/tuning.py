@@ -59,10 +59,6 @@ def sweep_verbosely() -> None:
     set_autotune(True)
 
 
-def autotune_enabled() -> bool:
-    return _state["autotune"]
-
-
 def _load() -> dict[str, dict]:
     if _state["memory"] is None:
         path = cache_path()

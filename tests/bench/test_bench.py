@@ -136,7 +136,8 @@ def test_bench_step_writes_json(tmp_path):
     # two steps: each median is the mean of two, so the split adds up as it does per step
     assert m["step_ms"] == pytest.approx(m["forward_ms"] + m["backward_ms"] + m["optimizer_ms"])
     assert 0 < torch_row["ssd_share"] < 1 and torch_row["tokens_per_s"] > 0
-    assert standin["median"]["ssd_forward_ms"] == 0 and "ssd_ms_by_subtraction" not in standin
+    # the stand-in runs through kernels.ssd as a backend (y = x·D), timed as any backend is
+    assert 0 < standin["median"]["ssd_forward_ms"] < m["ssd_forward_ms"] and "ssd_ms_by_subtraction" not in standin
     assert torch_row["ssd_ms_by_subtraction"] == pytest.approx(m["step_ms"] - standin["median"]["step_ms"])
     assert torch_row["train_flops_per_token"] > 0
     # the marked loop against the mean of an unmarked loop before and after it
@@ -266,14 +267,16 @@ def test_gpu_check_names_the_stuck_test_and_where_it_waits(tmp_path):
 
 
 def test_bench_step_keeps_the_other_rows_when_a_variant_fails(tmp_path, monkeypatch, capsys):
-    """A variant failing in warm-up (here the stand-in SSD raising) costs its row, recorded with its error and
+    """A variant failing in warm-up (here the standin backend raising) costs its row, recorded with its error and
     printed as one line; the other variants of the cell are measured."""
+    import kernels
     from bench import bench_step
 
     def broken(*args, **kwargs):
         raise RuntimeError("stand-in broken on purpose")
 
-    monkeypatch.setattr(bench_step, "ssd_standin", broken)
+    backend_of = kernels.implementation
+    monkeypatch.setattr(kernels, "implementation", lambda name: broken if name == "standin" else backend_of(name))
     out = tmp_path / "s.json"
     argv = ["--configs", "tiny", "--seqlens", "64", "--tokens_per_step", "128", "--backends", "torch,standin"]
     assert bench_step.main([*argv, "--modes", "eager", "--steps", "1", "--warmup", "1", "--out", str(out)]) == 0

@@ -13,24 +13,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_workers_share_out_every_candidate_of_every_space(monkeypatch):
     from bench import precompile
-    from kernels.cutile import state_walks, tuning
+    from kernels.cutile import tuning
 
     spaces = {"fwd_pass_state": ["a0", "a1", "a2", "a3", "a4"], "bwd_dx": ["b0", "b1"]}
     launched: list[tuple[str, str]] = []
     walks: set[str] = set()
-    monkeypatch.setattr(state_walks, "WALKS", state_walks.WALKS)  # restored after the test
 
-    def fake_call(shape, variant, mode, device):
-        assert variant == "cutile:cutile" and device == "cuda"
+    def fake_call(shape, mode, walks_mode):
+        walks.add(walks_mode)
 
         def call():
-            walks.add(state_walks.WALKS)
             for name, space in spaces.items():
                 launched.append((name, tuning.choose(name, "key", "default", lambda s=space: s, "cuda:0", None)))
 
         return call
 
-    monkeypatch.setattr(precompile, "make_call", fake_call)
+    monkeypatch.setattr(precompile, "cutile_call", fake_call)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     got = {}
     for worker in range(3):

@@ -147,44 +147,43 @@ def test_every_gradient_written():
         assert torch.isfinite(g).all()
 
 
-def test_the_ways_to_run_the_walks_agree(monkeypatch):
-    """The state recompute on the device's second stream (kernels.cutile.state_walks.WALKS "aside") runs the same
+def test_the_ways_to_run_the_walks_agree():
+    """The cuTile backward with its state recompute on the device's second stream (walks "aside") runs the same
     kernels as on one stream: every gradient equal bit for bit, also when the call is captured in a CUDA graph and
-    replayed on fresh inputs (the fork and join are captured with it). Both walks in one launch ("one launch", a
-    build of its own) agree with them within the bf16 tolerance."""
-    from kernels.cutile import state_walks
+    replayed on fresh inputs (the fork and join are captured with it). Both walks in one launch ("one launch", the
+    default, a build of its own) agree with them within the bf16 tolerance."""
+    from kernels.cutile.ssd import ssd_backward
+    from kernels.cutile.state_walks import WALK_MODES
 
+    names = ("dx", "ddt", "dB", "dC", "dheads", "dinitial_states")
     inputs = random_inputs(2, 1000, 8, 64, 1, 128, torch.bfloat16, seed=13, device="cuda", init=True)
     dy = torch.randn(inputs["x"].shape, generator=torch.Generator().manual_seed(4)).to("cuda", torch.bfloat16)
     dfinal = torch.randn(2, 8, 64, 128, generator=torch.Generator().manual_seed(5)).cuda()
-    got = {}
-    for walks in state_walks.WALK_MODES:
-        monkeypatch.setattr(state_walks, "WALKS", walks)
-        got[walks] = gradients(inputs, 128, "cutile", dy, dfinal, backward="cutile")
-    for name, g in got["one stream"].items():
-        assert torch.equal(g, got["aside"][name]), name
-        assert rel_err(got["one launch"][name], g) < TOL[torch.bfloat16], f"{name}, one launch"
-    monkeypatch.setattr(state_walks, "WALKS", "aside")
 
-    leaves = {k: None if v is None else v.detach().clone().requires_grad_(True) for k, v in inputs.items()}
+    def backward(t: dict, walks: str) -> tuple:
+        args = (*(t[k] for k in ("x", "dt", "A", "B", "C")), 128, t["D"], t["dt_bias"], True, t["initial_states"])
+        return ssd_backward(dy, dfinal, *args, walks=walks)
+
+    got = {walks: backward(inputs, walks) for walks in WALK_MODES}
+    for name, g, aside, one_launch in zip(names, got["one stream"], got["aside"], got["one launch"], strict=True):
+        assert torch.equal(g, aside), name
+        assert rel_err(one_launch, g) < TOL[torch.bfloat16], f"{name}, one launch"
+
+    static = {k: None if v is None else v.clone() for k, v in inputs.items()}
+    out = {}
 
     def step():
-        for v in leaves.values():
-            if v is not None:
-                v.grad = None
-        y, final = run(leaves, 128, "cutile", backward="cutile")
-        ((y * dy).sum() + (final * dfinal).sum()).backward()
+        out["grads"] = backward(static, "aside")
 
     replay = graph_replay(step)
     fresh = random_inputs(2, 1000, 8, 64, 1, 128, torch.bfloat16, seed=14, device="cuda", init=True)
-    for k, v in leaves.items():
+    for k, v in static.items():
         if v is not None:
-            v.data.copy_(fresh[k])
+            v.copy_(fresh[k])
     replay()
     torch.cuda.synchronize()
-    want = gradients(fresh, 128, "cutile", dy, dfinal, backward="cutile")
-    for name, g in want.items():
-        assert torch.equal(leaves[name].grad, g), f"{name} after replay"
+    for name, g, want in zip(names, out["grads"], backward(fresh, "one stream"), strict=True):
+        assert torch.equal(g, want), f"{name} after replay"
 
 
 def test_torch_compile_fullgraph():

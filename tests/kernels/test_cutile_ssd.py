@@ -16,19 +16,22 @@ def test_cpu_tensors_are_refused_by_the_kernels_wrapper():
     with pytest.raises(ValueError, match="is on cpu; move the inputs to a CUDA device"):
         B, C = torch.randn(1, 8, 1, 4), torch.randn(1, 8, 1, 4)
         inputs = {"x": x, "dt": torch.rand(1, 8, 2), "A": -torch.ones(2), "B": B, "C": C}
-        cutile_ssd.check_inputs(inputs | {"D": None, "dt_bias": None, "initial_states": None}, 64, "reference")
+        cutile_ssd.check_inputs(inputs | {"D": None, "dt_bias": None, "initial_states": None}, 64)
 
 
 def test_bad_backward_is_refused():
-    """An unknown backward name, and the cutile backward asked of another backend: one clear line each."""
+    """An unknown backward name, and the cutile backward asked of another backend, or of "auto" where it resolves
+    to another: one clear line each, from kernels.ssd."""
     import kernels
 
     x = torch.randn(1, 8, 2, 4)
     args = (torch.rand(1, 8, 2), -torch.ones(2), torch.randn(1, 8, 1, 4), torch.randn(1, 8, 1, 4))
     with pytest.raises(ValueError, match=r"backward must be one of reference, cutile, got 'bogus'"):
         kernels.ssd(x, *args, 16, backend="torch", backward="bogus")
-    with pytest.raises(ValueError, match="backward='cutile' needs the cutile backend; the torch backend has its own"):
+    with pytest.raises(ValueError, match="backward='cutile' needs the cutile backend; the torch backend, which has"):
         kernels.ssd(x, *args, 16, backend="torch", backward="cutile")
+    with pytest.raises(ValueError, match="backward='cutile' needs the cutile backend; backend 'auto' runs torch here"):
+        kernels.ssd(x, *args, 16, backend="auto", backward="cutile")
 
 
 def test_backward_op_equals_the_closed_form_gradients():
@@ -67,100 +70,82 @@ def test_backward_op_equals_the_closed_form_gradients():
 
 
 def test_cutile_passes_keep_the_reference_passes_contracts():
-    """Each stage the cuTile backward composes takes the arguments of its reference stage, by name, order and
-    default (the GPU tests compare their results), and is a kernel CI compiles. A stage may take more after
-    them, each with a default (bwd_dx: dA_log2, which the cuTile chunk_cumsum pass returns third)."""
-    from kernels.reference_backward import REFERENCE, Passes
+    """Each stage kernels.cutile.ssd.ssd_backward composes takes the arguments of the reference stage
+    kernels.reference_backward.ssd_backward composes in its place, by name, order and default (the GPU tests compare
+    their results), and is a kernel CI compiles. A stage may take more after them, each with a default (bwd_dx:
+    dA_log2, which the cuTile chunk_cumsum pass returns third; state_walks: walks)."""
+    from kernels import reference
+    from kernels import reference_backward as ref_bwd
 
     compiled = {label.split("[")[0] for label, _, _ in aot.every_signature()}
-    for stage in Passes._fields:
-        ours, reference = getattr(cutile_ssd.CUTILE, stage), getattr(REFERENCE, stage)
+    pairs = {
+        "chunk_cumsum": (cutile_ssd.chunk_cumsum_log2, reference.chunk_cumsum),
+        "state_walks": (cutile_ssd.state_walks, ref_bwd.state_walks),
+        "bwd_dx": (cutile_ssd.bwd_dx, ref_bwd.bwd_dx),
+        "bwd_dbc": (cutile_ssd.bwd_dbc, ref_bwd.bwd_dbc),
+        "chunk_cumsum_bwd": (cutile_ssd.chunk_cumsum_bwd, ref_bwd.chunk_cumsum_bwd),
+    }
+    for stage, (ours, ref) in pairs.items():
         params = [(p.name, p.default) for p in inspect.signature(ours).parameters.values()]
-        want = [(p.name, p.default) for p in inspect.signature(reference).parameters.values()]
+        want = [(p.name, p.default) for p in inspect.signature(ref).parameters.values()]
         assert params[: len(want)] == want, stage
         assert all(default is not inspect.Parameter.empty for _, default in params[len(want) :]), stage
         assert ours.__module__ == f"kernels.cutile.{stage}" and stage in compiled, stage
-    assert [p for p in inspect.signature(cutile_ssd.CUTILE.bwd_dx).parameters][-1] == "dA_log2"
-
-
-def test_backward_hands_stage_1s_third_output_to_bwd_dx():
-    """ssd_backward passes what a chunk_cumsum pass returns after dt_out and dA_cumsum to bwd_dx, last (the cuTile
-    passes: dA_cumsum·log2(e) from chunk_cumsum's launch); passes returning two give bwd_dx nothing more."""
-    from kernels import reference_backward
-
-    handed = []
-
-    def chunk_cumsum(dt, A, chunk_size, *rest):
-        dt_out, dA_cumsum = reference_backward.REFERENCE.chunk_cumsum(dt, A, chunk_size, *rest)
-        return dt_out, dA_cumsum, dA_cumsum * 2.0
-
-    def bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D=None, *more):
-        handed.append((dA_cumsum, more))
-        return reference_backward.REFERENCE.bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D)
-
-    torch.manual_seed(3)
-    b, l, h, p, g, n = 1, 40, 2, 4, 1, 4
-    x, B, C = torch.randn(b, l, h, p), torch.randn(b, l, g, n), torch.randn(b, l, g, n)
-    dt, A, dy = torch.randn(b, l, h), -torch.rand(h) - 0.1, torch.randn(b, l, h, p)
-    passes = reference_backward.REFERENCE._replace(bwd_dx=bwd_dx)
-    want = reference_backward.ssd_backward(dy, None, x, dt, A, B, C, 16, passes=passes)
-    assert len(handed) == 1 and handed[0][1] == ()
-    got = reference_backward.ssd_backward(
-        dy, None, x, dt, A, B, C, 16, passes=passes._replace(chunk_cumsum=chunk_cumsum)
-    )
-    (dA_cumsum, (third,)) = handed[1]
-    torch.testing.assert_close(third, dA_cumsum * 2.0)
-    for a, w in zip(got, want):
-        assert (a is None and w is None) or torch.equal(a, w)
-
-
-def test_unused_outputs_reach_the_backward_as_none(monkeypatch):
-    """The op's autograd context does not materialize gradients: a final state the loss does not use reaches
-    _backward and ssd_bwd as None (no fill of zeros, and bwd_pass_state starts from zero without a load)."""
-
-    class Ctx:
-        def save_for_backward(self, *tensors):
-            self.saved_tensors = tensors
-
-        def set_materialize_grads(self, value):
-            self.materialize = value
-
-    ctx = Ctx()
-    t = torch.zeros(1)
-    cutile_ssd._setup_context(ctx, (t, t, t, t, t, 64, None, None, True, None, "cutile"), (t, t))
-    assert ctx.materialize is False and ctx.backward == "cutile"
-
-    received = []
-
-    def ssd_bwd(dy, dfinal, *rest):
-        received.append(dfinal)
-        return [torch.ones(1)] * 4 + [torch.ones(3, 1), torch.ones(1)]
-
-    monkeypatch.setattr(cutile_ssd, "ssd_bwd", ssd_bwd)
-    grads = cutile_ssd._backward(ctx, torch.ones(1), None)
-    assert received == [None]
-    # dx, ddt, dA, dB, dC; then chunk_size, D, dt_bias, dt_softplus, initial_states, backward: None (D, dt_bias and
-    # initial_states absent here, the rest not tensors)
-    assert [g is None for g in grads] == [False] * 5 + [True] * 6
+    assert [p for p in inspect.signature(cutile_ssd.bwd_dx).parameters][-1] == "dA_log2"
+    assert [p for p in inspect.signature(cutile_ssd.state_walks).parameters][-1] == "walks"
 
 
 @pytest.fixture
 def reference_stages(monkeypatch):
-    """kernels.cutile.ssd with every cuTile stage and pass replaced by its reference (same contracts), so its host
-    code runs on CPU tensors."""
-    from kernels import reference, reference_backward
+    """kernels.cutile.ssd with every cuTile stage and pass replaced by its reference (same contracts; the cuTile
+    chunk_cumsum pass's third output, dA_log2, is None here), so its host code runs on CPU tensors."""
+    from kernels import reference
+    from kernels import reference_backward as ref_bwd
 
     for name in ("chunk_cumsum", "fwd_pass_state", "compute_out"):
         monkeypatch.setattr(cutile_ssd, name, getattr(reference, name))
-    monkeypatch.setattr(cutile_ssd, "CUTILE", reference_backward.REFERENCE)
-    monkeypatch.setattr(cutile_ssd, "check_inputs", lambda tensors, chunk_size, backward: None)
+    monkeypatch.setattr(cutile_ssd, "chunk_cumsum_log2", lambda *args: (*reference.chunk_cumsum(*args), None))
+    monkeypatch.setattr(cutile_ssd, "state_walks", lambda *args: ref_bwd.state_walks(*args[:8]))
+    monkeypatch.setattr(cutile_ssd, "bwd_dx", lambda *args: ref_bwd.bwd_dx(*args[:8]))
+    for name in ("bwd_dbc", "chunk_cumsum_bwd"):
+        monkeypatch.setattr(cutile_ssd, name, getattr(ref_bwd, name))
+    monkeypatch.setattr(cutile_ssd, "check_inputs", lambda tensors, chunk_size: None)
+
+
+def test_backward_hands_stage_1s_third_output_to_bwd_dx(reference_stages, monkeypatch):
+    """ssd_backward passes what the cuTile chunk_cumsum pass returns after dt_out and dA_cumsum (dA_cumsum·log2(e),
+    from the same launch) to bwd_dx, last."""
+    from kernels import reference
+    from kernels import reference_backward as ref_bwd
+
+    handed = []
+
+    def chunk_cumsum_log2(dt, A, chunk_size, *rest):
+        dt_out, dA_cumsum = reference.chunk_cumsum(dt, A, chunk_size, *rest)
+        return dt_out, dA_cumsum, dA_cumsum * 2.0
+
+    def bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D=None, dA_log2=None):
+        handed.append((dA_cumsum, dA_log2))
+        return ref_bwd.bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D)
+
+    monkeypatch.setattr(cutile_ssd, "chunk_cumsum_log2", chunk_cumsum_log2)
+    monkeypatch.setattr(cutile_ssd, "bwd_dx", bwd_dx)
+    torch.manual_seed(3)
+    b, l, h, p, g, n = 1, 40, 2, 4, 1, 4
+    x, B, C = torch.randn(b, l, h, p), torch.randn(b, l, g, n), torch.randn(b, l, g, n)
+    dt, A, dy = torch.randn(b, l, h), -torch.rand(h) - 0.1, torch.randn(b, l, h, p)
+    got = cutile_ssd.ssd_backward(dy, None, x, dt, A, B, C, 16)
+    ((dA_cumsum, third),) = handed
+    torch.testing.assert_close(third, dA_cumsum * 2.0)
+    for a, w in zip(got, ref_bwd.ssd_backward(dy, None, x, dt, A, B, C, 16), strict=True):
+        assert (a is None and w is None) or torch.equal(a, w)
 
 
 @pytest.mark.parametrize("backward", ["reference", "cutile"])
 def test_eager_path_is_a_function_with_autograds_gradients(reference_stages, backward):
-    """Outside torch.compile the cutile backend is the autograd.Function EagerSSD over the ops' bodies: its outputs
-    and the gradient of every input equal autograd's through kernels.reference.ssd_chunked, with the final state
-    in the loss and without it (its gradient then reaches the backward as None)."""
+    """Outside torch.compile the cutile backend is the autograd.Function kernels.op builds over the ops' bodies: its
+    outputs and the gradient of every input equal autograd's through kernels.reference.ssd_chunked, with the final
+    state in the loss and without it (its gradient then reaches the backward as None)."""
     from kernels import reference
 
     torch.manual_seed(2)
@@ -178,7 +163,7 @@ def test_eager_path_is_a_function_with_autograds_gradients(reference_stages, bac
 
     for use_final in (True, False):
         y, final, grads = outputs_and_grads(cutile_ssd.ssd_cutile, use_final)
-        assert type(y.grad_fn).__name__ == "EagerSSDBackward"
+        assert type(y.grad_fn).__name__ == "mamba2_cutile::ssdBackward"
         want_y, want_final, want_grads = outputs_and_grads(reference.ssd_chunked, use_final)
         torch.testing.assert_close(y, want_y)
         torch.testing.assert_close(final, want_final)
@@ -186,11 +171,35 @@ def test_eager_path_is_a_function_with_autograds_gradients(reference_stages, bac
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m, name=name: f"d{name}: {m}")
 
 
+def test_unused_outputs_reach_the_backward_as_none(reference_stages, monkeypatch):
+    """The op does not materialize gradients: a final state the loss does not use reaches the cuTile backward as
+    None (no fill of zeros, and bwd_pass_state starts from zero without a load); one it uses arrives as given."""
+    received = []
+    composed = cutile_ssd.ssd_backward
+
+    def ssd_backward(dy, dfinal, *rest):
+        received.append(dfinal)
+        return composed(dy, dfinal, *rest)
+
+    monkeypatch.setattr(cutile_ssd, "ssd_backward", ssd_backward)
+    torch.manual_seed(4)
+    b, l, h, p, g, n = 1, 20, 2, 4, 1, 4
+    x = torch.randn(b, l, h, p, requires_grad=True)
+    args = (torch.randn(b, l, h), -torch.rand(h) - 0.1, torch.randn(b, l, g, n), torch.randn(b, l, g, n), 16)
+    y, final = cutile_ssd.ssd_cutile(x, *args, None, None, True, None, "cutile")
+    y.sum().backward()
+    dfinal = torch.randn(b, h, p, n)
+    y, final = cutile_ssd.ssd_cutile(x, *args, None, None, True, None, "cutile")
+    (final * dfinal).sum().backward()
+    assert received[0] is None and torch.equal(received[1], dfinal)
+
+
 @pytest.mark.parametrize("backward", ["reference", "cutile"])
-def test_compiled_and_eager_paths_agree(reference_stages, monkeypatch, backward):
-    """torch.compile(fullgraph=True) traces ssd_cutile as the custom ops (no graph break), and the compiled forward
-    and backward give the eager path's outputs and gradients (here on the CPU, through the same bodies with the
-    reference stages; the op's CPU kernel is its body, which refuses CPU tensors unless its checks are replaced)."""
+def test_compiled_and_eager_paths_agree(reference_stages, backward):
+    """torch.compile(fullgraph=True) traces ssd_cutile as the custom op mamba2_cutile::ssd_fwd (no graph break, not
+    the Function), and the compiled forward and backward give the eager path's outputs and gradients (here on the
+    CPU, through the same bodies with the reference stages; the op's CPU kernel is its body, which refuses CPU
+    tensors unless its checks are replaced)."""
     cutile_ssd.ssd_fwd.register_kernel("cpu")(cutile_ssd.ssd_forward)
     torch.manual_seed(3)
     b, l, h, p, g, n = 1, 40, 2, 8, 1, 4
@@ -207,28 +216,25 @@ def test_compiled_and_eager_paths_agree(reference_stages, monkeypatch, backward)
         return value, torch.autograd.grad(value, inputs)
 
     eager = value_and_grads(loss)
-    traced, op = [], cutile_ssd.ssd_fwd
+    traced = []
 
-    def ssd_fwd(*args):  # torch.compile traces through this; EagerSSD would be traced as a Function instead
-        traced.append(args[-1])
-        return op(*args)
+    def recording(gm, example_inputs):
+        op = torch.ops.mamba2_cutile.ssd_fwd.default
+        traced.extend(node.args[-1] for node in gm.graph.nodes if node.target is op)
+        return torch._dynamo.lookup_backend("aot_eager")(gm, example_inputs)
 
-    monkeypatch.setattr(cutile_ssd, "ssd_fwd", ssd_fwd)
     torch._dynamo.reset()
-    compiled = value_and_grads(torch.compile(loss, fullgraph=True, backend="aot_eager"))
+    compiled = value_and_grads(torch.compile(loss, fullgraph=True, backend=recording))
     assert traced == [backward]
     torch.testing.assert_close(compiled[0], eager[0])
     for got, want in zip(compiled[1], eager[1], strict=True):
         torch.testing.assert_close(got, want)
 
 
-def test_cutile_backward_glue_with_reference_passes(monkeypatch):
+def test_cutile_backward_glue_with_reference_passes(reference_stages):
     """The backward="cutile" path of the op (casts, absent inputs, layouts), its passes swapped for the
     reference stages so it runs here: it must give the reference path's gradients in the inputs' dtypes, with the
     shapes and dtypes its fake implementation promises torch.compile."""
-    from kernels import reference_backward
-
-    monkeypatch.setattr(cutile_ssd, "CUTILE", reference_backward.REFERENCE)
     torch.manual_seed(1)
     b, l, h, p, g, n = 2, 37, 4, 8, 2, 6
     x, B, C = torch.randn(b, l, h, p), torch.randn(b, l, g, n), torch.randn(b, l, g, n)
@@ -240,6 +246,7 @@ def test_cutile_backward_glue_with_reference_passes(monkeypatch):
         torch.randn(b, h, p, n),
     )
     dy = torch.randn(b, l, h, p).transpose(0, 1).contiguous().transpose(0, 1)  # not contiguous
+    fake = cutile_ssd._ssd_gradients_fake
 
     def like(tensors):  # what torch.compile traces with: shapes and dtypes
         return [(t.shape, t.dtype) for t in tensors]
@@ -250,24 +257,23 @@ def test_cutile_backward_glue_with_reference_passes(monkeypatch):
         for a, w in zip(got, want, strict=True):
             torch.testing.assert_close(a, w, rtol=1e-4, atol=1e-5)
             assert a.dtype == w.dtype and a.is_contiguous()
-        assert like(got) == like(cutile_ssd._ssd_bwd_fake(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init, ""))
+        assert like(got) == like(fake(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init, ""))
     absent = cutile_ssd.ssd_bwd(dy, None, x, dt, A, B, C, 16, None, None, False, None, "cutile")
     assert absent[5].numel() == 0 and absent[4].shape == (3, h) and not absent[4][1:].any()
-    assert like(absent) == like(cutile_ssd._ssd_bwd_fake(dy, None, x, dt, A, B, C, 16, None, None, False, None, ""))
+    assert like(absent) == like(fake(dy, None, x, dt, A, B, C, 16, None, None, False, None, ""))
 
 
-def test_cutile_backward_runs_at_its_own_chunk_size(monkeypatch):
+def test_cutile_backward_runs_at_its_own_chunk_size(reference_stages, monkeypatch):
     """Forward chunk 128 or 256: the cuTile backward's passes see BACKWARD_CHUNK-token chunks and still
     give the gradients of the forward's chunked form (float64, reference passes swapped in)."""
-    from kernels import reference_backward
-
     seen = []
+    stage_1 = cutile_ssd.chunk_cumsum_log2
 
-    def chunk_cumsum(dt, A, chunk_size, *rest):
+    def chunk_cumsum_log2(dt, A, chunk_size, *rest):
         seen.append(chunk_size)
-        return reference_backward.REFERENCE.chunk_cumsum(dt, A, chunk_size, *rest)
+        return stage_1(dt, A, chunk_size, *rest)
 
-    monkeypatch.setattr(cutile_ssd, "CUTILE", reference_backward.REFERENCE._replace(chunk_cumsum=chunk_cumsum))
+    monkeypatch.setattr(cutile_ssd, "chunk_cumsum_log2", chunk_cumsum_log2)
     torch.manual_seed(2)
     b, l, h, p, g, n = 1, 300, 2, 4, 1, 4
     f64 = torch.float64
@@ -300,15 +306,14 @@ def test_the_backward_walks_run_as_walks_says(monkeypatch, walks):
     """The cuTile backward's launches and stream waits, recorded with the launches mocked on CPU tensors. "aside":
     the state recompute goes to the device's second stream after it waits for the current one, and bwd_dbc, which
     reads the recomputed states, to the current stream after it waits for the second. "one stream": every launch on
-    the current stream, nothing waits. "one launch": both walks in one kernel, a grid of twice the (batch, head)
-    pairs. An unknown mode is refused by name."""
+    the current stream, nothing waits. "one launch" (the default): both walks in one kernel, a grid of twice the
+    (batch, head) pairs. An unknown mode is refused by name."""
     import contextlib
 
     import cuda.tile as ct
 
     from kernels.cutile import launch as launch_module
     from kernels.cutile import state_walks, tuning
-    from kernels.reference_backward import ssd_backward
 
     class Stream:
         def __init__(self, name: str):
@@ -341,19 +346,21 @@ def test_the_backward_walks_run_as_walks_says(monkeypatch, walks):
     monkeypatch.setattr(tuning, "_gpu_key", lambda device: "cpu")
     monkeypatch.setitem(tuning._state, "chosen", {})  # the launches' choices stay in this test
     monkeypatch.setattr(state_walks, "_second_streams", {})
-    monkeypatch.setattr(state_walks, "WALKS", walks)
     b, l, h, p, n = 1, 128, 2, 16, 16
     x, dy, B, C = torch.randn(b, l, h, p), torch.randn(b, l, h, p), torch.randn(b, l, 1, n), torch.randn(b, l, 1, n)
     dt, A = torch.rand(b, l, h), -torch.rand(h)
-    ssd_backward(dy, None, x, dt, A, B, C, 64, passes=cutile_ssd.CUTILE)
+    cutile_ssd.ssd_backward(dy, None, x, dt, A, B, C, 64, walks=walks)
     assert events == [
         "chunk_cumsum on current",
         *WALK_LAUNCHES[walks],
         "bwd_dbc on current",
         "chunk_cumsum_bwd on current",
     ]
+    if walks == state_walks.DEFAULT_WALKS:
+        events.clear()
+        cutile_ssd.ssd_backward(dy, None, x, dt, A, B, C, 64)
+        assert events[1:-2] == WALK_LAUNCHES[walks]
     if walks == "one launch":
         assert grids["state_walks"][0] == 2 * b * h
-    monkeypatch.setattr(state_walks, "WALKS", "interleaved")
-    with pytest.raises(ValueError, match=r"WALKS must be one of .* got 'interleaved'"):
-        ssd_backward(dy, None, x, dt, A, B, C, 64, passes=cutile_ssd.CUTILE)
+    with pytest.raises(ValueError, match=r"walks must be one of .* got 'interleaved'"):
+        cutile_ssd.ssd_backward(dy, None, x, dt, A, B, C, 64, walks="interleaved")

@@ -226,7 +226,7 @@ ONE_LAUNCH += [(dtype, cfg, k) for dtype in DTYPES for cfg in WALKS[:1] for k in
 
 
 @pytest.mark.parametrize("dtype,config,nchunks", ONE_LAUNCH, ids=IDS)
-def test_both_walks_in_one_launch(monkeypatch, dtype, config, nchunks):
+def test_both_walks_in_one_launch(dtype, config, nchunks):
     """kernels.cutile.state_walks' one launch, each configuration tuning can pick forced (bf16, 5 chunks), and a
     two-chunk one in three dtypes at 1, 4 and 5 chunks (the last short): its chunk states and final state against
     fwd_pass_state's float64 stage, its dstates and initial state's gradient against bwd_pass_state's, with initial
@@ -234,11 +234,11 @@ def test_both_walks_in_one_launch(monkeypatch, dtype, config, nchunks):
     chunk = 64
     t = stage_inputs(dtype, chunk, 64, 128, l=nchunks * chunk - 21, seed=SEEDS[dtype] + 7 * nchunks)
     t64 = {k: None if v is None else v.to(F64) for k, v in t.items()}
-    monkeypatch.setattr(state_walks, "WALKS", "one launch")
     with tuning.forced("state_walks", config) as launched:
         got = state_walks.state_walks(
-            t["x"], t["B"], *f32(t["dt_out"], t["dA_cumsum"], t64["initial_states"]), t["dy"], t["C"], t["dfinal"]
-        )
+            t["x"], t["B"], *f32(t["dt_out"], t["dA_cumsum"], t64["initial_states"]), t["dy"], t["C"], t["dfinal"],
+            walks="one launch",
+        )  # fmt: skip
     assert launched == [config]
     want = (t["chunk_states"], t["final_state"], t["dstates"], t["dinit"])
     for name, a, b in zip(("chunk_states", "final_state", "dstates", "dinitial_states"), got, want, strict=True):

@@ -125,3 +125,29 @@ def test_torch_compile_fullgraph_through_the_entry_point():
     x.grad = None
     f(x).backward()
     torch.testing.assert_close(g, x.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_arguments_after_D_are_keywords_only():
+    """mamba_ssm's mamba_chunk_scan_combined puts z after D: a positional dt_bias meant for it is refused here."""
+    x, dt, A, B, C = make()
+    with pytest.raises(TypeError, match="positional argument"):
+        kernels.ssd(x, dt, A, B, C, 16, torch.randn(4), torch.randn(4))
+
+
+def test_standin_backend_is_x_times_D_with_its_gradients():
+    """backend "standin" (for the step benchmark): y = x·D in x's dtype and a zero final state of the SSD's shape,
+    on any device; autograd gives dx = dy·D and dD = Σ dy·x, and nothing to dt, A, B or C."""
+    x, dt, A, B, C = make()
+    D = torch.randn(4)
+    leaves = [t.requires_grad_() for t in (x, dt, A, B, C, D)]
+    assert kernels.unavailable_reason("standin", "cpu") is None and kernels.resolve("standin", "cpu") == "standin"
+    y, state = kernels.ssd(x, dt, A, B, C, 16, D, dt_softplus=True, return_final_states=True, backend="standin")
+    torch.testing.assert_close(y, x * D[:, None])
+    assert state.shape == (2, 4, 8, 6) and state.dtype == torch.float32 and not state.any()
+    dy = torch.randn_like(y)
+    dx, ddt, dA, dB, dC, dD = torch.autograd.grad(y, leaves, dy, allow_unused=True)
+    torch.testing.assert_close(dx, dy * D[:, None])
+    torch.testing.assert_close(dD, (dy * x).sum((0, 1, 3)))
+    assert ddt is None and dA is None and dB is None and dC is None
+    with pytest.raises(ValueError, match="backward='cutile' needs the cutile backend; the standin backend"):
+        kernels.ssd(x, dt, A, B, C, 16, D, backend="standin", backward="cutile")

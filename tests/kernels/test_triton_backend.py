@@ -108,7 +108,7 @@ def test_forward_and_gradients_pass_through(triton_backend, with_optional):
         return y, final_state, {k: v.grad for k, v in leaves.items()}
 
     y, state, grads = run(triton_backend.ssd_triton)
-    assert type(y.grad_fn).__name__ == "EagerTritonBackward"  # outside torch.compile: no custom-op dispatch
+    assert type(y.grad_fn).__name__ == "mamba2_triton::ssdBackward"  # outside torch.compile: no custom-op dispatch
     y_ref, state_ref, grads_ref = run(ssd_chunked)
     assert y.dtype == torch.float64 and state.dtype == torch.float32  # the final state is float32, as mamba_ssm's
     torch.testing.assert_close(y, y_ref)
@@ -128,18 +128,17 @@ def test_opcheck_schema_fake_and_autograd(triton_backend):
     torch.library.opcheck(triton_backend.ssd_fwd, (*args, 16, None, None, False, None))
 
 
-def test_compiles_as_one_graph(triton_backend, monkeypatch):
-    """fullgraph=True raises on any graph break: the op is traced, not stepped around (nor EagerTriton, which
-    torch.compile would trace as a Function)."""
+def test_compiles_as_one_graph(triton_backend):
+    """fullgraph=True raises on any graph break: the custom op mamba2_triton::ssd_fwd is traced, not stepped around
+    (nor the eager Function, which torch.compile would trace as a Function)."""
     inputs = _inputs(True, dtype=torch.float32)
     x = inputs["x"].clone().requires_grad_()
-    traced, op = [], triton_backend.ssd_fwd
+    traced = []
 
-    def ssd_fwd(*args):
-        traced.append(len(args))
-        return op(*args)
-
-    monkeypatch.setattr(triton_backend, "ssd_fwd", ssd_fwd)
+    def recording(gm, example_inputs):
+        op = torch.ops.mamba2_triton.ssd_fwd.default
+        traced.extend(len(node.args) for node in gm.graph.nodes if node.target is op)
+        return torch._dynamo.lookup_backend("aot_eager")(gm, example_inputs)
 
     def f(x):
         y, state = triton_backend.ssd_triton(
@@ -156,7 +155,7 @@ def test_compiles_as_one_graph(triton_backend, monkeypatch):
         return y.square().sum() + state.sum()
 
     torch._dynamo.reset()
-    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    compiled = torch.compile(f, fullgraph=True, backend=recording)
     loss = compiled(x)
     assert traced == [10]
     loss.backward()
