@@ -5,8 +5,14 @@ space it was searched over (`space_id`): with tuning on, an entry searched over 
 Writes are atomic (temporary file + rename), so DDP ranks on one machine can share the file; a rank
 that finds a key already tuned reuses it instead of searching again.
 
-Tuning is off by default (each kernel then uses its fixed default configuration) and is turned on
-with `set_autotune(True)`; the model does that from the YAML key `model.cutile_autotune`.
+Beside that cache, the package ships a table of configurations tuned on an H200 for the shapes of the shipped
+configs (tuned.json, the same keys and entries), read-only. A shape is decided in this order: the local cache, the
+shipped table, then a search (tuning on) or the kernel's fixed default (tuning off). An entry is used only if its
+configuration is the default or inside today's tune space and, with tuning on, only if it was searched over
+this very space.
+
+Tuning is off by default and is turned on with `set_autotune(True)`; the model does that from the YAML key
+`model.cutile_autotune`.
 """
 
 from __future__ import annotations
@@ -28,7 +34,18 @@ import torch
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_state: dict[str, Any] = {"autotune": False, "path": None, "memory": None, "chosen": {}, "forced": {}, "nth": None}
+SHIPPED = Path(__file__).with_name("tuned.json")
+
+_state: dict[str, Any] = {
+    "autotune": False,
+    "path": None,
+    "memory": None,
+    "shipped_path": SHIPPED,
+    "shipped": None,
+    "chosen": {},
+    "forced": {},
+    "nth": None,
+}
 
 
 def cache_path() -> Path:
@@ -44,6 +61,24 @@ def set_cache_path(path: str | os.PathLike | None) -> None:
     _state["path"] = None if path is None else Path(path)
     _state["memory"] = None
     _state["chosen"] = {}
+
+
+def set_shipped_path(path: str | os.PathLike | None) -> None:
+    """Read the shipped table from `path` (None: the package's own, SHIPPED); forgets every choice made so far."""
+    _state["shipped_path"] = SHIPPED if path is None else Path(path)
+    _state["shipped"] = None
+    _state["chosen"] = {}
+
+
+def _shipped() -> dict[str, dict]:
+    if _state["shipped"] is None:
+        path = _state["shipped_path"]
+        try:
+            _state["shipped"] = json.loads(path.read_text()) if path.exists() else {}
+        except (OSError, json.JSONDecodeError) as e:
+            log.warning("ignoring unreadable table of tuned cuTile configurations %s: %s", path, e)
+            _state["shipped"] = {}
+    return _state["shipped"]
 
 
 def set_autotune(enabled: bool) -> None:
@@ -137,7 +172,7 @@ def choose(
 
 def chosen() -> dict[str, dict[str, Any]]:
     """Every configuration decided in this process, for recording beside a measurement what it ran:
-    "kernel|shape key" -> {"config": its fields, "source": "cache" | "search" | "default", "mean_us": the
+    "kernel|shape key" -> {"config": its fields, "source": "cache" | "shipped" | "search" | "default", "mean_us": the
     time tuning measured for it, where known}."""
     return {
         f"{name}|{key}": {"config": dataclasses.asdict(cfg), **info}
@@ -182,16 +217,17 @@ def precompiling(index: int) -> Iterator[dict[str, int]]:
 
 def _decide(kernel_name, shape_key, default, space, device, spec):
     key = f"{kernel_name}|{shape_key}|{_gpu_key(device)}"
-    cached = _load().get(key)
     fields = {f.name for f in dataclasses.fields(default)}
     candidates = list(space()) if _state["autotune"] else []
-    if cached is not None and set(cached["config"]) <= fields:  # an entry of another config layout: decide again
-        config = type(default)(**cached["config"])
-        # one outside today's tune space (older code) is decided again; so, with tuning on, is one searched over
-        # another space (a space that grew, or an entry from before the space was recorded)
-        searched_here = not candidates or cached.get("space") == space_id(candidates)
+    for source, entry in (("cache", _load().get(key)), ("shipped", _shipped().get(key))):
+        if entry is None or not set(entry["config"]) <= fields:  # an entry of another config layout: not used
+            continue
+        config = type(default)(**entry["config"])
+        # one outside today's tune space (older code) is not used; nor, with tuning on, one searched over another
+        # space (a space that grew, or an entry from before the space was recorded)
+        searched_here = not candidates or entry.get("space") == space_id(candidates)
         if (config == default or config in (candidates or space())) and searched_here:
-            return config, {"source": "cache", "mean_us": cached.get("mean_us")}
+            return config, {"source": source, "mean_us": entry.get("mean_us")}
     if len(candidates) <= 1:
         return default, {"source": "default", "mean_us": None}
     from cuda.tile.tune import exhaustive_search

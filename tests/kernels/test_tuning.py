@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -160,3 +161,85 @@ def test_a_forced_configuration_replaces_tuning_for_its_stage_only(tmp_path, mon
     finally:
         tuning.set_autotune(False)
         tuning.set_cache_path(None)
+
+
+def test_shipped_table_is_used_after_the_cache_and_only_inside_todays_space(tmp_path, monkeypatch):
+    """The shipped table answers a shape the local cache lacks, tuning off or on (then only if it was searched over
+    today's space, with no search); the local cache wins over it; an entry outside today's space is not used."""
+    from kernels.cutile import tuning
+    from kernels.cutile.compute_out import OutConfig
+
+    monkeypatch.setattr(tuning, "_gpu_key", lambda device: "TestGPU|cuda-tile-x")
+    space = lambda: [OutConfig(), OutConfig(128, 32, 4, 1), OutConfig(64, 64, 4, 2)]
+    shipped = {
+        "compute_out|s1|TestGPU|cuda-tile-x": {"config": dataclasses.asdict(OutConfig(128, 32, 4, 1)), "mean_us": 5.0},
+        "compute_out|s2|TestGPU|cuda-tile-x": {"config": dataclasses.asdict(OutConfig(64, 64, 4, 2))},
+        "compute_out|s3|TestGPU|cuda-tile-x": {"config": dataclasses.asdict(OutConfig(16, 16, 4, 1))},
+        "compute_out|s4|TestGPU|cuda-tile-x": {
+            "config": dataclasses.asdict(OutConfig(64, 64, 4, 2)),
+            "space": tuning.space_id(space()),
+        },
+    }
+    (tmp_path / "tuned.json").write_text(json.dumps(shipped))
+    (tmp_path / "tuning.json").write_text(
+        json.dumps({"compute_out|s2|TestGPU|cuda-tile-x": shipped["compute_out|s1|TestGPU|cuda-tile-x"]})
+    )
+    never = lambda cfg: pytest.fail("no search: the shipped table answers")
+    try:
+        tuning.set_cache_path(tmp_path / "tuning.json")
+        tuning.set_shipped_path(tmp_path / "tuned.json")
+        assert tuning.choose("compute_out", "s1", OutConfig(), space, "cuda:0", None) == OutConfig(128, 32, 4, 1)
+        assert tuning.choose("compute_out", "s2", OutConfig(), space, "cuda:0", None) == OutConfig(128, 32, 4, 1)
+        assert tuning.choose("compute_out", "s3", OutConfig(), space, "cuda:0", None) == OutConfig()
+        assert {k: v["source"] for k, v in tuning.chosen().items()} == {
+            "compute_out|s1": "shipped",
+            "compute_out|s2": "cache",
+            "compute_out|s3": "default",
+        }
+        assert tuning.chosen()["compute_out|s1"]["mean_us"] == 5.0
+        tuning.set_autotune(True)
+        assert tuning.choose("compute_out", "s4", OutConfig(), space, "cuda:0", never) == OutConfig(64, 64, 4, 2)
+        assert tuning.chosen()["compute_out|s4"]["source"] == "shipped"
+        assert not (tmp_path / "tuning.json").read_text().count("s4")  # nothing searched, nothing stored
+    finally:
+        tuning.set_autotune(False)
+        tuning.set_cache_path(None)
+        tuning.set_shipped_path(None)
+
+
+def test_the_shipped_table_fills_each_kernels_config_class():
+    """Every entry of kernels/cutile/tuned.json gives exactly the fields of its kernel's config class, as _decide
+    reads it: an entry that no longer fits (a field renamed or added) would silently stop being used."""
+    from kernels.cutile import (
+        bwd_dbc,
+        bwd_dx,
+        causal_conv,
+        chunk_cumsum,
+        chunk_cumsum_bwd,
+        compute_out,
+        fwd_pass_state,
+        rms_norm,
+        tuning,
+    )
+
+    classes = {
+        "bwd_dbc": bwd_dbc.DbcConfig,
+        "bwd_dx": bwd_dx.DxConfig,
+        "chunk_cumsum": chunk_cumsum.CumsumConfig,
+        "chunk_cumsum_bwd": chunk_cumsum_bwd.CumsumBwdConfig,
+        "compute_out": compute_out.OutConfig,
+        "fwd_pass_state": fwd_pass_state.StateConfig,
+        "state_walks": fwd_pass_state.StateConfig,
+        "conv_fwd": causal_conv.ConvConfig,
+        "conv_bwd": causal_conv.ConvConfig,
+        "conv_bwd_dx": causal_conv.ConvConfig,
+        "norm_fwd": rms_norm.NormConfig,
+        "norm_bwd": rms_norm.NormConfig,
+    }
+    table = json.loads(tuning.SHIPPED.read_text())
+    assert {key.split("|")[0] for key in table} == set(classes)  # every kernel of the medium step, tuned
+    for key, entry in table.items():
+        kernel, shape, gpu, version = key.split("|")
+        assert shape and gpu and version.startswith("cuda-tile-"), key
+        assert set(entry["config"]) == {f.name for f in dataclasses.fields(classes[kernel])}, key
+        classes[kernel](**entry["config"])
