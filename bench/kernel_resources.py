@@ -1,12 +1,12 @@
-"""Registers, stack (spills) and shared memory of the cuTile kernels, with no GPU: each AOT specialization
-(bench/aot.py) is compiled to a cubin and read with cuobjdump (the nvidia-cuda-cuobjdump wheel of
-requirements-dev.txt, or --cuobjdump PATH).
+"""Registers, stack (spills) and shared memory of the cuTile kernels, with no GPU: each AOT specialization (each
+kernel module's aot_signatures, as bench/aot.py gathers them) is compiled to a cubin and read with cuobjdump (the
+nvidia-cuda-cuobjdump wheel of requirements-dev.txt, or --cuobjdump PATH).
 
     python -m bench.kernel_resources [--arch sm_90] [--only bwd_dx]
     python -m bench.kernel_resources --only bwd_dbc --hints num_worker_warps=8
     python -m bench.kernel_resources --launched NAME [--file VARIANT.py] [--sass]
 
-aot.py's signatures assume nothing of strides, sizes or alignment. A launch specializes on what its tensors
+The declared signatures assume nothing of strides, sizes or alignment. A launch specializes on what its tensors
 give (strides and sizes divisible by 8 or 16, 16-byte base addresses, 32-bit indices), and that build can
 differ: more shared memory, other spills. --launched takes a kernel name as a GPU profile shows it (the
 mangled name encodes the launch's signature) and compiles that specialization, from the production module

@@ -38,7 +38,7 @@ with a "row" one float32 value per (batch, head, token), b·h·c·Q of them:
 - D is bwd_dbc, which does not read C's ddt array back (one row fewer) and writes da_inter where D writes d dt_raw;
   chunk_cumsum_bwd then reads four rows and writes d dt_raw with the partial sums for dA and d dt_bias beside
   a copy of dD's (from bwd_dx), which one torch.sum finishes.
-Beyond these, the cuTile backward runs at its own chunk size (kernels.cutile.ssd.BACKWARD_CHUNK) where such a design
+Beyond these, the cuTile backward runs at its own chunk size (kernels.cutile.launch.BACKWARD_CHUNK) where such a design
 takes the forward's: at half the forward's Q, twice the chunks, so twice the bytes of chunk_states and dstates, the
 largest tensors bwd_pass_state, bwd_dx and bwd_dbc move.
 

@@ -21,12 +21,25 @@ sees only the storage rounding.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import cuda.tile as ct
 import torch
 
-from kernels.cutile.launch import TF, ZERO, ConstBool, ConstInt, launch, next_pow2, shape_key, with_hints
+from kernels.cutile.fwd_pass_state import states_array
+from kernels.cutile.launch import (
+    BACKWARD_CHUNK,
+    TF,
+    ZERO,
+    ConstBool,
+    ConstInt,
+    launch,
+    next_pow2,
+    shape_key,
+    with_hints,
+)
+from kernels.cutile.signature import DTYPES, Specialization, array, hinted, kernel_signature, scalar
 
 
 @ct.kernel
@@ -67,7 +80,7 @@ def bwd_dbc_kernel(
         xk = ct.load(x, index=(bi, k, hi, 0), shape=(1, Q, 1, TILE_P), padding_mode=ZERO).reshape((Q, TILE_P))
         dyk = ct.load(dy, index=(bi, k, hi, 0), shape=(1, Q, 1, TILE_P), padding_mode=ZERO).reshape((Q, TILE_P))
         # natural-log units with ct.exp: scaling the loaded g by log2(e) for exp2 made this loop slower
-        # (results/tuning_log.md, "exp against exp2")
+        # (docs/kernels.md, bwd_dbc)
         g = ct.load(dA_cumsum, index=(bi, hi, k), shape=(1, 1, Q)).reshape((Q, 1))
         if Q < 64:  # tileiras 13.4 fails to schedule chunks of 16 and 32 when g is the load itself
             g = g + 0.0
@@ -115,7 +128,7 @@ def bwd_dbc_kernel(
 @dataclass(frozen=True)
 class DbcConfig:
     """State columns per program (0: all of them), the occupancy hint and worker warps (0: the compiler's
-    choice). The default is the fastest measured at the seed shape (results/tuning_log.md)."""
+    choice). The default is the fastest measured at the seed shape (docs/kernels.md, bwd_dbc)."""
 
     TILE_N: int = 0
     occupancy: int = 1
@@ -124,6 +137,28 @@ class DbcConfig:
 
 def dbc_space() -> list[DbcConfig]:
     return [DbcConfig(tile_n, occ, warps) for tile_n in (0, 64) for occ in (1, 2) for warps in (0, 8)]
+
+
+def aot_signatures() -> Iterator[Specialization]:
+    """The specializations CI compiles, all state columns in one program (DbcConfig's default) with its hints: at
+    the backward's chunk size bf16 at head dim 64 and state 128, at head dim 128 and state 64, float32 at 64 and 64;
+    and at the chunks of 16 and 32 that smaller forward chunks give (where tileiras 13.4 failed to schedule one
+    form of the kernel)."""
+    f32 = ct.float32
+    chunk = BACKWARD_CHUNK
+    cases = [("bfloat16", chunk, 64, 128), ("bfloat16", chunk, 128, 64), ("float32", chunk, 64, 64)]
+    cases += [("float32", 16, 64, 64), ("bfloat16", 32, 64, 64)]
+    cfg = DbcConfig()
+    for name, q, tile_p, tile_n in cases:
+        dtype, states = DTYPES[name], states_array(name)
+        yield (
+            *hinted(f"bwd_dbc[{name},Q={q},P={tile_p},N={tile_n}]", bwd_dbc_kernel, cfg.occupancy, cfg.worker_warps),
+            kernel_signature(
+                [array(dtype, 4)] * 4
+                + [array(f32, 3), array(f32, 3), states, states, array(dtype, 4), array(dtype, 4), array(f32, 4)]
+                + [scalar(), 2, q, tile_p, tile_n, name == "float32", name == "bfloat16"]
+            ),
+        )
 
 
 def bwd_dbc(

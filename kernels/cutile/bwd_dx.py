@@ -2,10 +2,9 @@
 
 Reference: `kernels.reference_backward.bwd_dx`, whose contract the host function keeps. A program takes CHUNKS
 consecutive chunks of one batch·head in turn, holding a whole chunk (Q tokens, all of p and n) in registers; its
-token tiles are loaded with a latency hint. At occupancy 1 the sm_90 build double-buffers them (180 KB of shared
-memory against 130), at occupancy 2 it does not; eight chunks at occupancy 2 is the fastest measured (at the seed shape,
-176 us against four chunks' 182 in one process; four against one chunk, 181 against 208 in another:
-results/tuning_log.md, "bwd_dx over four chunks" and "bwd_dx over eight chunks"). Per chunk:
+token tiles are loaded with a latency hint. At occupancy 1 the sm_90 build double-buffers them, at occupancy 2 it
+does not; eight chunks at occupancy 2 is the fastest measured at the seed shape, ahead of four chunks and of one
+(docs/kernels.md, bwd_dx). Per chunk:
     CB  = C Bᵀ,  L[t, s] = exp(G_t − G_s) [s <= t] (masked before the exponential),  K = CB ∘ L
     dx̃  = Kᵀ dy + e ∘ (B Ĝᵀ)               e_s = exp(G_end − G_s), Ĝ the state gradient from bwd_pass_state
     dx  = dt ∘ dx̃ + D dy;   ddt_dir = rows of x ∘ dx̃;   r = dt ∘ rows of x ∘ (e ∘ B Ĝᵀ)
@@ -15,23 +14,36 @@ Products of raw inputs run on the input dtype (TF32 for float32 inputs); K and �
 when the inputs are bf16 (BF16_MMA, as mamba_ssm does: K rounded from fp32, dy as loaded; bwd_pass_state then
 stores Ĝ in bf16, and it enters the product as loaded), TF32 otherwise; everything summed accumulates in fp32.
 With bf16 inputs G arrives in log2 units (dA_cumsum·log2(e), written by the backward's chunk_cumsum launch, or
-scaled by the host when the caller has no such copy) for exp2: scaling the loaded tile in the kernel cost 20% at
+scaled by the host when the caller has no such copy) for exp2: scaling the loaded tile in the kernel was slower at
 the training step's shape. Other dtypes scale it in the kernel: with fp32 inputs at head dim 64 the host-scaled
 form hangs on the GPU (cuda-tile 1.7.0, H200, occupancy 1 and 2 with the compiler's warp count; the kernel has no
-loop), the kernel-scaled one does not (results/tuning_log.md, 2026-12-01, "a hang"). dD's partial sums are laid
+loop), the kernel-scaled one does not (docs/kernels.md, bwd_dx). dD's partial sums are laid
 out one row per head with the (batch, chunk) columns along it, as chunk_cumsum_bwd's partial sums, which copies
 them beside its own so that one torch.sum finishes all three per-head gradients.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import cuda.tile as ct
 import torch
 
 from kernels.cutile.chunk_cumsum import LOG2E
-from kernels.cutile.launch import TF, ZERO, ConstBool, ConstInt, launch, next_pow2, shape_key, with_hints
+from kernels.cutile.fwd_pass_state import states_array
+from kernels.cutile.launch import (
+    BACKWARD_CHUNK,
+    TF,
+    ZERO,
+    ConstBool,
+    ConstInt,
+    launch,
+    next_pow2,
+    shape_key,
+    with_hints,
+)
+from kernels.cutile.signature import DTYPES, Specialization, array, hinted, kernel_signature, scalar
 
 
 @ct.kernel
@@ -132,10 +144,8 @@ def bwd_dx_kernel(
 class DxConfig:
     """Hints of a bwd_dx launch (its program holds a whole chunk at a time): occupancy, worker warps (0: the
     compiler's choice) and the chunks a program takes in turn. The default is the fastest measured with bf16 inputs:
-    eight chunks at occupancy 2, which tuning chose at the seed shape and both training-step layers (178, 136 and
-    135 us; four chunks were tuned to 182, 140 and 141 in the series before: results/tuning_log.md, "bwd_dx over
-    eight chunks");
-    `default_dx_config` gives other dtypes occupancy 1, one chunk a program."""
+    eight chunks at occupancy 2, which tuning chose at the seed shape and both training-step layers, ahead of four
+    (docs/kernels.md, bwd_dx); `default_dx_config` gives other dtypes occupancy 1, one chunk a program."""
 
     occupancy: int = 2
     worker_warps: int = 0
@@ -150,9 +160,37 @@ def default_dx_config(dtype: torch.dtype) -> DxConfig:
 
 def dx_space(dtype: torch.dtype = torch.bfloat16) -> list[DxConfig]:
     """The configurations tuning times. Not occupancy 2 with float32 inputs: that has not been measured, and the
-    fp32 kernel sits at the register limit at occupancy 2 (255 registers; 8 bytes of stack with D at sm_90)."""
+    fp32 kernel sits at the register limit at occupancy 2 (it spills with D at sm_90)."""
     occupancies = (1,) if dtype == torch.float32 else (1, 2)
     return [DxConfig(occ, 0, ch) for occ in occupancies for ch in (2, 4, 8)] + [DxConfig(occupancies[-1], 0, 1)]
+
+
+def aot_signatures() -> Iterator[Specialization]:
+    """The specializations CI compiles, at the backward's chunk size with each dtype's default hints and chunks a
+    program: float32 (TF32 products) at head dim 64 and state 64 without D; bf16 at 64 and 128 with D, at 128 and 64
+    without. float16 is not among them: it takes bf16's code path with BF16_MMA off, the products with fp32-formed
+    operands in TF32. float32's comes first, the one the default test run compiles: the bf16 default's loop over
+    eight chunks is the slowest of all the kernels' builds to compile at sm_90."""
+    f32 = ct.float32
+    chunk = BACKWARD_CHUNK
+    for name, tile_p, tile_n, has_d in (
+        ("float32", 64, 64, False),
+        ("bfloat16", 64, 128, True),
+        ("bfloat16", 128, 64, False),
+    ):
+        dtype, bf16 = DTYPES[name], name == "bfloat16"
+        cfg = default_dx_config(getattr(torch, name))
+        label = f"bwd_dx[{name},Q={chunk},P={tile_p},N={tile_n},D={has_d}]"
+        yield (
+            *hinted(label, bwd_dx_kernel, cfg.occupancy, cfg.worker_warps),
+            kernel_signature(
+                [array(dtype, 4)] * 4
+                + [array(f32, 3), array(f32, 3), states_array(name), array(f32, 1), array(dtype, 4)]
+                + [array(f32, 3)] * 2
+                + [array(f32, 2), 8, 4, chunk, tile_p, tile_n, has_d, name == "float32", bf16, bf16]
+                + [cfg.chunks, scalar()]
+            ),
+        )
 
 
 def bwd_dx(

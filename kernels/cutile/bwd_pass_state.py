@@ -16,12 +16,15 @@ only bwd_dbc's fp32 term exp(G_end) <Ĝ, S> sees the rounding.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import cuda.tile as ct
 import torch
 
 from kernels.cutile.chunk_cumsum import LOG2E
-from kernels.cutile.fwd_pass_state import StateConfig, search_space, states_dtype, walk_product
-from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, shape_key, with_hints
+from kernels.cutile.fwd_pass_state import StateConfig, search_space, states_array, states_dtype, walk_product
+from kernels.cutile.launch import BACKWARD_CHUNK, ZERO, ConstBool, ConstInt, launch, shape_key, with_hints
+from kernels.cutile.signature import DTYPES, Specialization, array, hinted, kernel_signature
 
 
 @ct.function
@@ -55,8 +58,8 @@ def backward_walk(
         )
         g_end = ct.extract(g, index=(Q - 1, 0), shape=(1, 1))
         # C scaled by each token's decay from the chunk start; the product accumulates onto the decayed gradient
-        # (formed from zero, as the forward's two-chunk walk does, it took 145.9 us against 142.5 at the seed:
-        # results/variants/bwd_pass_state_products_from_zero.patch)
+        # (formed from zero, as the forward's two-chunk walk does, it was slower at the seed: docs/kernels.md,
+        # state_walks)
         grad = walk_product(dyk, ck.astype(ct.float32) * ct.exp2(g), grad * ct.exp2(g_end), TF32)
     ct.store(dinitial_states, index=(bi, hi, pj, nj), tile=grad.reshape((1, 1, TILE_P, TILE_N)))
 
@@ -82,6 +85,22 @@ def bwd_pass_state_kernel(
         dy, C, dA_cumsum, dfinal_state, dstates, dinitial_states, ct.bid(0), ct.bid(1), ct.bid(2), NHEADS,
         HEADS_PER_GROUP, Q, TILE_P, TILE_N, HAS_DFINAL, TF32, LATENCY,
     )  # fmt: skip
+
+
+def aot_signatures() -> Iterator[Specialization]:
+    """The specializations CI compiles, at the backward's chunk size with StateConfig()'s tile and occupancy: bf16
+    with and without a final-state gradient, float32 (TF32 products) without."""
+    f32 = ct.float32
+    chunk = BACKWARD_CHUNK
+    for name, dfinal in (("bfloat16", True), ("bfloat16", False), ("float32", False)):
+        dtype, label = DTYPES[name], f"bwd_pass_state[{name},Q={chunk},dfinal={dfinal}]"
+        yield (
+            *hinted(label, bwd_pass_state_kernel, StateConfig().occupancy),
+            kernel_signature(
+                [array(dtype, 4), array(dtype, 4), array(f32, 3), array(f32, 4), states_array(name), array(f32, 4)]
+                + [8, 8, chunk, 32, 64, dfinal, name == "float32", 4]
+            ),
+        )
 
 
 def bwd_pass_state(

@@ -14,7 +14,7 @@ about once. The backward takes two kernels: the first recomputes v (the forward 
 dy's dtype and per-program partial sums of dw and dbias, rows of one array that one host sum adds up; the second
 forms dx from k shifted rows of gv. The gv kernel reads its own rows (the unshifted tap, and dy) by tile loads,
 which compile to TMA there; in the forward and dx kernels tile loads compiled no better than the gathers and ran
-slower (results/probes/layer_probes_2026-12-02.txt), so those gather. The op's channel parts (Mamba-2's x, B and C)
+slower (docs/kernels.md, causal_conv), so those gather. The op's channel parts (Mamba-2's x, B and C)
 have an output each and bring up to three gradient arrays: where each is a whole number of column tiles, one forward
 launch stores them all (a program stores into the output of its column block's part), and one gv launch takes the
 gradients (a program reads the dy of its column block's part), then one dx launch and one sum over all channels;
@@ -27,12 +27,14 @@ and dx in x's dtype. The backward takes k up to 4 (Mamba-2's d_conv is 4).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import cuda.tile as ct
 import torch
 
 from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, with_hints
+from kernels.cutile.signature import DTYPES, Specialization, array, hinted, kernel_signature, scalar
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -228,19 +230,18 @@ class ConvConfig:
 
 # The tiles that compile without spilling at sm_90 with k = 4, bf16, in the specialization the medium model's step
 # launches (strides divisible by 8, 16-byte base addresses): the backward's gv kernel holds the 4 shifted rows and
-# their 4 running sums for dw (results/probes/conv_gv_loop_resources.py); its dx kernel takes the forward's tiles.
+# their 4 running sums for dw; its dx kernel takes the forward's tiles.
 FWD_TILES = ((16, 64), (16, 128), (16, 256), (32, 64), (32, 128), (64, 64))
 BWD_TILES = ((8, 64), (8, 128), (16, 64), (32, 64))
 BWD_STEPS = (16, 64, 128)  # token tiles a gv program sums in registers (a runtime argument: no compile each)
-# occupancy hints of the gv kernel: 2 builds every tile at 128 registers without spilling, 4 only 8 x 64 (64 registers;
-# the others spill 88-376 bytes): results/probes/conv_gv_occupancy_resources_2026-12-01.txt
+# occupancy hints of the gv kernel: 2 builds every tile without spilling, 4 only 8 x 64 (the others spill)
 BWD_OCCUPANCY = {(8, 64): (1, 2, 4), (8, 128): (1, 2), (16, 64): (1, 2), (32, 64): (1, 2)}
-# the forward's: 2 and 4 gained 8% at the medium step's layer (16 x 256: 72.8 us against 77.9 for the best without a
-# hint, results/probes/conv_fwd_dx_loop_2026-12-01.txt); the dx kernel gained nothing from them and takes none
+# the forward's: 2 and 4 were faster than the best without a hint at the medium step's layer (docs/kernels.md,
+# causal_conv); the dx kernel gained nothing from them and takes none
 FWD_OCCUPANCY = (1, 2, 4)
 MAX_K = 4  # the gv kernel's taps are four named tiles
 # The defaults are each kernel's fastest configuration at one layer of the medium model's step (tuned, bf16:
-# results/probes/conv_fwd_dx_loop_2026-12-01.txt, conv_gv_occupancy_2026-12-01.txt); dx takes the forward's tiles.
+# docs/kernels.md, causal_conv); dx takes the forward's tiles.
 DEFAULT_FWD, DEFAULT_BWD, DEFAULT_DX = ConvConfig(16, 256, 1, 4), ConvConfig(8, 64, 128, 4), ConvConfig(16, 128)
 
 
@@ -262,6 +263,46 @@ def bwd_space() -> list[ConvConfig]:
         for steps in BWD_STEPS
         for occupancy in BWD_OCCUPANCY[tt, tc]
     ]
+
+
+def _signature_arrays(stage: str, dtype: object) -> list:
+    """The array and run-time arguments of `stage`'s kernel with x in `dtype`: x, weight, bias, then y0-2, end0,
+    end1 (conv_fwd); or dy0-2, gv, dparams_part, steps, end0, end1 (conv_bwd_gv); conv_bwd_dx: gv, weight, dx."""
+    f32 = ct.float32
+    if stage == "conv_bwd_dx":
+        return [array(dtype, 3), array(f32, 2), array(dtype, 3)]
+    if stage == "conv_fwd":
+        outputs = [array(dtype, 3)] * 3 + [scalar()] * 2
+    else:
+        outputs = [array(dtype, 3)] * 4 + [array(f32, 4)] + [scalar()] * 3
+    return [array(dtype, 3), array(f32, 2), array(f32, 1), *outputs]
+
+
+def aot_signatures() -> Iterator[Specialization]:
+    """The specializations CI compiles, for each of the three kernels: every dtype with the default configuration
+    and a bias (first bf16), every tile of its tune space at bf16 without a bias (the forward's and the gv kernel's
+    at each of their occupancy hints), and k = 3 (the model's is 4). The dx kernel takes the forward's tiles, no
+    hint and no bias."""
+    for stage, kernel, tiles, default, hints in (  # hints: each tile's occupancy hints
+        ("conv_fwd", conv_fwd_kernel, FWD_TILES, DEFAULT_FWD, dict.fromkeys(FWD_TILES, FWD_OCCUPANCY)),
+        ("conv_bwd_gv", conv_bwd_gv_kernel, BWD_TILES, DEFAULT_BWD, BWD_OCCUPANCY),
+        ("conv_bwd_dx", conv_bwd_dx_kernel, FWD_TILES, DEFAULT_DX, dict.fromkeys(FWD_TILES, (1,))),
+    ):
+        first, hint = (default.TILE_T, default.TILE_C), default.occupancy
+        cases = [(name, 4, first, hint, True) for name in DTYPES]
+        cases += [("bfloat16", 4, tile, occupancy, False) for tile in tiles for occupancy in hints[tile]]
+        cases.append(("bfloat16", 3, first, hint, True))
+        if stage == "conv_bwd_dx":  # no bias: one case per dtype, tile and k
+            cases = list(dict.fromkeys((name, k, tile, 1, False) for name, k, tile, _, _ in cases))
+        for name, k, (tile_t, tile_c), occupancy, bias in cases:
+            constants = [k, tile_t, tile_c] + ([] if stage == "conv_bwd_dx" else [bias])
+            label = f"{stage}[{name},K={k},T={tile_t},C={tile_c}" + (
+                "]" if stage == "conv_bwd_dx" else f",bias={bias}]"
+            )
+            yield (
+                *hinted(label, kernel, occupancy),
+                kernel_signature([*_signature_arrays(stage, DTYPES[name]), *constants]),
+            )
 
 
 def check_inputs(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:

@@ -4,7 +4,7 @@ Reference: `kernels.reference.chunk_cumsum`; the host function `chunk_cumsum` ta
 the reference does: dt_out and dA_cumsum (b, h, c, Q) float32, dA_cumsum in natural-log units. The
 kernel writes them as one row of c * Q tokens per (batch, head), the same memory. compute_out and
 bwd_pass_state scale dA_cumsum by log2(e) where they load it and use exp2; fwd_pass_state and bwd_dbc use
-exp on it directly, which measured faster there (results/tuning_log.md, "exp against exp2"). bwd_dx takes
+exp on it directly, which measured faster there (docs/kernels.md, fwd_pass_state and bwd_dbc). bwd_dx takes
 it in log2 units with bf16 inputs: `chunk_cumsum_log2`, the backward's stage 1, writes dA_cumsum·log2(e) as
 a third row in the same launch (the backward's elementwise multiply on the host before).
 """
@@ -12,12 +12,15 @@ a third row in the same launch (the backward's elementwise multiply on the host 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import cuda.tile as ct
 import torch
+from cuda.tile.compilation import KernelSignature
 
-from kernels.cutile.launch import ConstBool, ConstInt, launch, next_pow2
+from kernels.cutile.launch import BACKWARD_CHUNK, ConstBool, ConstInt, launch, next_pow2
+from kernels.cutile.signature import DTYPES, Specialization, array, kernel_signature, scalar
 
 LOG2E = math.log2(math.e)  # exp(v) = exp2(v * LOG2E) in the stages that use exp2
 SOFTPLUS_THRESHOLD = 20.0  # as torch.nn.functional.softplus: identity above it
@@ -72,6 +75,33 @@ class CumsumConfig:
 def search_space(nheads: int) -> list[CumsumConfig]:
     """Configurations worth timing for this number of heads."""
     return [CumsumConfig(th) for th in (1, 2, 4, 8, 16) if th <= next_pow2(nheads, floor=1)]
+
+
+def cumsum_signature(dtype: object, chunk: int, softplus: bool, log2: bool = False) -> KernelSignature:
+    """chunk_cumsum_kernel's signature: dt in `dtype`, A and dt_bias, the three (b, h, c·Q) float32 rows, seqlen,
+    the chunk, CumsumConfig's heads a program, dt_bias given, softplus and log2 as named."""
+    f32 = ct.float32
+    return kernel_signature(
+        [array(dtype, 3), array(f32, 1), array(f32, 1)]
+        + [array(f32, 3)] * 3
+        + [scalar(), chunk, CumsumConfig().TILE_H, True, softplus, log2]
+    )
+
+
+def aot_signatures() -> Iterator[Specialization]:
+    """The specializations CI compiles: the forward's at chunk 128 in every dtype, with and without softplus; the
+    backward's (`chunk_cumsum_log2`, with its log2(e) row) at the backward's chunk size."""
+    for name, dtype in DTYPES.items():
+        for softplus in (False, True):
+            yield (
+                f"chunk_cumsum[{name},softplus={softplus}]",
+                chunk_cumsum_kernel,
+                cumsum_signature(dtype, 128, softplus),
+            )
+    chunk = BACKWARD_CHUNK
+    for name, dtype in DTYPES.items():
+        label = f"chunk_cumsum[{name},Q={chunk},softplus=True,log2=True]"
+        yield label, chunk_cumsum_kernel, cumsum_signature(dtype, chunk, True, log2=True)
 
 
 def head_params(A: torch.Tensor, dt_bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:

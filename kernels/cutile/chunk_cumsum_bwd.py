@@ -9,7 +9,7 @@ sequence end are not written. Each program also writes its chunk's partial sums 
 dA) and Σ ddt (for d dt_bias), and copies bwd_dx's partial sum of dD beside them: three rows per head with the
 (batch, chunk) columns along them, which the host reduces in one torch.sum along contiguous rows into the
 (3, h) per-head gradients. In PyTorch the same work was about ten elementwise kernels, two reductions and a
-transposing copy (results/tuning_log.md).
+transposing copy (docs/kernels.md, chunk_cumsum_bwd).
 
 softplus'(u) is sigmoid(u), computed from the raw dt as the forward's softplus saw it (identity above
 SOFTPLUS_THRESHOLD, so there the factor is 1).
@@ -17,6 +17,7 @@ SOFTPLUS_THRESHOLD, so there the factor is 1).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import cuda.tile as ct
@@ -24,7 +25,8 @@ import torch
 
 from kernels.cutile.chunk_cumsum import SOFTPLUS_THRESHOLD, dt_key, head_grid, head_params
 from kernels.cutile.chunk_cumsum import search_space as cumsum_space
-from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, with_hints
+from kernels.cutile.launch import BACKWARD_CHUNK, ZERO, ConstBool, ConstInt, launch, with_hints
+from kernels.cutile.signature import DTYPES, Specialization, array, hinted, kernel_signature, scalar
 
 
 @ct.kernel
@@ -86,8 +88,8 @@ def chunk_cumsum_bwd_kernel(
 @dataclass(frozen=True)
 class CumsumBwdConfig:
     """Heads handled by one program (a power of two) and the occupancy hint: without one the compiler gives the
-    kernel 255 registers (sm_90, the launched specializations), two programs per SM; occupancy 4 builds it in 64
-    without spilling."""
+    kernel all the registers a thread can take (sm_90, the launched specializations), two programs per SM; occupancy 4
+    builds it without spilling."""
 
     TILE_H: int = 8
     occupancy: int = 4
@@ -96,6 +98,24 @@ class CumsumBwdConfig:
 def search_space(nheads: int) -> list[CumsumBwdConfig]:
     """Configurations worth timing for this number of heads."""
     return [CumsumBwdConfig(c.TILE_H, occ) for c in cumsum_space(nheads) for occ in (1, 2, 4)]
+
+
+def aot_signatures() -> Iterator[Specialization]:
+    """The specializations CI compiles, at the backward's chunk size with CumsumBwdConfig's tile and hint, in every
+    dtype: with dt_bias, softplus and D, and with none of them."""
+    f32 = ct.float32
+    chunk, cfg = BACKWARD_CHUNK, CumsumBwdConfig()
+    for name, dtype in DTYPES.items():
+        for bias, softplus, has_d in ((True, True, True), (False, False, False)):
+            label = f"chunk_cumsum_bwd[{name},bias={bias},softplus={softplus},D={has_d}]"
+            yield (
+                *hinted(label, chunk_cumsum_bwd_kernel, cfg.occupancy),
+                kernel_signature(
+                    [array(f32, 3)] * 4
+                    + [array(dtype, 3), array(f32, 1), array(f32, 1), array(f32, 2), array(dtype, 3)]
+                    + [array(f32, 3), scalar(), chunk, cfg.TILE_H, bias, softplus, has_d]
+                ),
+            )
 
 
 def chunk_cumsum_bwd(

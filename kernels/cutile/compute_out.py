@@ -15,20 +15,22 @@ accumulates in fp32, and y is stored in the input dtype. With bf16 inputs the ch
 With TILE_T = Q a program holds the whole chunk (the seed's layout); smaller TILE_T bounds the
 registers for Q = 256 and skips the blocks above the diagonal.
 With bf16 inputs D x_t joins the last product: D sits on the diagonal of the diagonal block's scores (whose x_s is
-x_t), rounded to bf16 with them, so x_t is loaded once (at state 64, 79.4 us against 96.9; float64 error 2.4e-3
-against 1.7e-3: results/tuning_log.md, "x_t loaded once"). Other inputs add D x_t in float32 (in TF32 their error
-would grow tenfold).
+x_t), rounded to bf16 with them, so x_t is loaded once: faster, for a slightly larger error (docs/kernels.md,
+compute_out). Other inputs add D x_t in float32 (in TF32 their error would grow tenfold).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import cuda.tile as ct
 import torch
 
 from kernels.cutile.chunk_cumsum import LOG2E
+from kernels.cutile.fwd_pass_state import states_array
 from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, next_pow2, shape_key, with_hints
+from kernels.cutile.signature import DTYPES, Specialization, array, hinted, kernel_signature, scalar
 
 
 @ct.function
@@ -138,16 +140,16 @@ class OutConfig:
 
 def default_out_config(dtype: torch.dtype) -> OutConfig:
     """The configuration used untuned. With bf16 inputs 128 x 64 tiles at occupancy 2, two token blocks a program:
-    untuned, 0.126 ms against one block's 0.138 at the seed shape and 0.113 against 0.128 with state 64, and
-    tuning chose two blocks at every shape probed (results/tuning_log.md, "compute_out over two token blocks").
-    With others TILE_T 64, one block (their products run in TF32, whose operands take twice bf16's registers)."""
+    faster than one block at the seed shape and with state 64, and tuning chose two blocks at every shape probed
+    (docs/kernels.md, compute_out). With others TILE_T 64, one block (their products run in TF32, whose operands
+    take twice bf16's registers)."""
     return OutConfig(blocks=2) if dtype == torch.bfloat16 else OutConfig(TILE_T=64)
 
 
 def search_space(chunk_size: int, headdim: int) -> list[OutConfig]:
     """Configurations worth timing for this chunk size and head dim: each tile pair at occupancy 1 and 2, and at
     occupancy 2 also two token blocks a program; 64-token tiles (128 threads) also at occupancy 4, one or two
-    blocks (with state 64 the fastest: results/tuning_log.md, "compute_out at occupancy 4")."""
+    blocks (with state 64 the fastest: docs/kernels.md, compute_out)."""
     space = []
     for tt in (64, 128):
         for tp in (32, 64, 128):
@@ -157,6 +159,32 @@ def search_space(chunk_size: int, headdim: int) -> list[OutConfig]:
             if tt == 64:
                 space += [OutConfig(tt, tp, 4, 4), OutConfig(tt, tp, 4, 4, blocks=2)]
     return space
+
+
+def aot_signatures() -> Iterator[Specialization]:
+    """The specializations CI compiles, in every dtype, with D, at each dtype's default occupancy: first the seed
+    shape's default (bf16: default_out_config, two token blocks a program), then chunks of 64, 128 and 256 over one
+    block, and state 64's tuned choice (64-token tiles at occupancy 4)."""
+    f32 = ct.float32
+    for name, dtype in DTYPES.items():
+        default = default_out_config(getattr(torch, name)).occupancy
+        for chunk, tile_t, tile_p, tile_n, blocks, occupancy in (
+            (128, 128, 64, 128, 2, default),
+            (64, 64, 64, 64, 1, default),
+            (128, 128, 64, 128, 1, default),
+            (128, 64, 64, 64, 2, 4),
+            (256, 64, 128, 128, 1, default),
+        ):
+            label = f"compute_out[{name},Q={chunk},T={tile_t},P={tile_p},N={tile_n},blocks={blocks}]"
+            yield (
+                *hinted(label, compute_out_kernel, occupancy),
+                kernel_signature(
+                    [array(dtype, 4), array(dtype, 4), array(dtype, 4), array(f32, 3), array(f32, 3)]
+                    + [states_array(name), array(f32, 1), array(dtype, 4)]
+                    + [8, 4, chunk, tile_t, tile_p, tile_n, True, name == "float32", 4, name == "bfloat16", blocks]
+                    + [scalar()]
+                ),
+            )
 
 
 def compute_out(

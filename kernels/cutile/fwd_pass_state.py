@@ -8,19 +8,18 @@ Sequential steps: number of chunks, not number of tokens.
 
 An iteration of the walk takes STEP chunks (1 or 2, the configuration's `chunks_per_step`): one load of their STEP·Q
 tokens, the chunks stepped over in turn, and one store of the STEP states entering them (in chunk_states' dtype;
-with one chunk before its step, with two after both). Two chunks an iteration halve the loads and stores issued: at
-the seed's shape the walk took 106.5-109.5 us against 118.5 tuned alone (results/tuning_log.md, "two chunks an
-iteration"). A walk with an odd number of chunks ends in a chunk past the end: its loads pad with zeros (dt 0, so
+with one chunk before its step, with two after both). Two chunks an iteration halve the loads and stores issued,
+which made the walk faster at the seed's shape (docs/kernels.md, fwd_pass_state). A walk with an odd number of
+chunks ends in a chunk past the end: its loads pad with zeros (dt 0, so
 the state passes it unchanged) and its store falls outside chunk_states, where cuTile drops it, except in a walk of
 one chunk: a (1, 2, ...) store is not clipped at c = 1 (cuTile writes the next head's state), so the host takes one
 chunk an iteration there.
 
 In a two-chunk walk each chunk's product is formed from a zero accumulator, so it waits on no state, and the state
-then takes one multiply-add; both chunks' products of an iteration are formed before either is added. At the seed's
-shape this took 88.6 us tuned against 107.3 with the product accumulating onto the decayed state, and 85 against 103
-in the kernels headline (results/tuning_log.md, "products from zero"): the gain came in the occupancy-4 build, whose
-deeper load pipeline the old form could not use. A one-chunk walk still accumulates onto the decayed state: formed
-from zero, its product sits beside the state and spills.
+then takes one multiply-add; both chunks' products of an iteration are formed before either is added. This was
+faster at the seed's shape than the product accumulating onto the decayed state (docs/kernels.md, fwd_pass_state):
+the gain came in the occupancy-4 build, whose deeper load pipeline the old form could not use. A one-chunk walk
+still accumulates onto the decayed state: formed from zero, its product sits beside the state and spills.
 
 With bf16 inputs chunk_states is stored in bf16, as mamba_ssm's state passing stores the states in the
 inputs' dtype: it halves the largest tensor this stage writes and compute_out and bwd_dbc read. The recurrence
@@ -31,12 +30,15 @@ state to bf16 already, so the forward's y is the same either way.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import cuda.tile as ct
 import torch
+from cuda.tile.compilation import ArrayConstraint
 
 from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, shape_key, with_hints
+from kernels.cutile.signature import DTYPES, Specialization, array, cutile_dtype, hinted, kernel_signature
 
 
 @ct.function
@@ -64,7 +66,7 @@ def chunk_product(gs, ds, xs, bs, s, Q, TF32, carried, ONTO):
     (x_sᵀ (B_s * exp(G_end - G) * dt), G_end): the chunk's tokens' whole contribution to the state leaving it,
     (TILE_P, TILE_N) fp32, accumulated from zero, or with ONTO onto exp(G_end) * carried (the state leaving the
     chunk); and its last cumulative log decay, (1, 1). Natural-log units with ct.exp: scaling g by log2(e) for exp2
-    made the walk slower (results/tuning_log.md, "exp against exp2"). A device function, inlined."""
+    made the walk slower (docs/kernels.md, fwd_pass_state). A device function, inlined."""
     g = ct.extract(gs, index=(s, 0), shape=(Q, 1))
     d = ct.extract(ds, index=(s, 0), shape=(Q, 1))
     xk = ct.extract(xs, index=(s, 0), shape=(Q, xs.shape[1]))
@@ -108,12 +110,12 @@ def forward_walk(
         if STEP == 1:
             # stored before the step, and the product accumulating onto the decayed state: held across the step, or
             # beside a product formed from zero, the state spills at 64 registers a thread (a 32 x 128 tile at
-            # occupancy 4: 72 and 40 bytes; results/tuning_log.md, "two chunks an iteration", "products from zero")
+            # occupancy 4; docs/kernels.md, fwd_pass_state)
             store_states(chunk_states, entering, bi, j, hi, pj, nj)
             state, _ = chunk_product(gs, ds, xs, bs, 0, Q, TF32, state, True)
         else:
             # both chunks' products first, each from zero: they wait on no state, and the carried state then takes
-            # one multiply-add a chunk (results/tuning_log.md, "products from zero")
+            # one multiply-add a chunk (docs/kernels.md, fwd_pass_state)
             product0, g_end0 = chunk_product(gs, ds, xs, bs, 0, Q, TF32, state, False)
             product1, g_end1 = chunk_product(gs, ds, xs, bs, 1, Q, TF32, state, False)
             state = state * ct.exp(g_end0) + product0
@@ -167,9 +169,7 @@ class StateConfig:
 def default_state_config(dtype: torch.dtype, headdim: int, dstate: int, chunk_size: int) -> StateConfig:
     """fwd_pass_state's configuration untuned. With bf16 inputs, head dim at least 64 and chunks of at most 128
     tokens: the 64 x 32 tile taking two chunks an iteration at occupancy 4, the fastest of the tune space at the seed
-    shape (88.6 us against StateConfig()'s 169.5 in one sweep: results/probes/
-    fwd_pass_state_products_from_zero_2026-12-03.txt) and tuning's choice at 12 of the 16 shapes of bench_kernels'
-    sweep (at head dim 128 with state 128 it chose occupancy 2: results/kernels_h200_sweep.json). StateConfig()
+    shape and tuning's choice at most shapes of bench_kernels' sweep (docs/kernels.md, fwd_pass_state). StateConfig()
     otherwise, where nothing was measured."""
     if dtype == torch.bfloat16 and headdim >= 64 and dstate >= 32 and chunk_size <= 128:
         return StateConfig(TILE_P=64, TILE_N=32, latency=4, occupancy=4, chunks_per_step=2)
@@ -178,9 +178,9 @@ def default_state_config(dtype: torch.dtype, headdim: int, dstate: int, chunk_si
 
 def search_space(headdim: int, dstate: int, chunk_size: int | None = None) -> list[StateConfig]:
     """Configurations worth timing for this head dim and state dim; given fwd_pass_state's `chunk_size`, also walks
-    taking two chunks an iteration where it is at most 128 (at 256 their builds spill over a kilobyte), for the
-    tiles of at most 2048 elements at occupancy 2 and 4 that were probed (results/tuning_log.md, "two chunks an
-    iteration"). bwd_pass_state passes no chunk size: its walk takes one chunk an iteration."""
+    taking two chunks an iteration where it is at most 128 (at 256 their builds spill), for the tiles of at most
+    2048 elements at occupancy 2 and 4 that were probed (docs/kernels.md, fwd_pass_state). bwd_pass_state passes no
+    chunk size: its walk takes one chunk an iteration."""
     two_chunk_steps = chunk_size is not None and chunk_size <= 128
     space = []
     for tp in (16, 32, 64):
@@ -192,6 +192,36 @@ def search_space(headdim: int, dstate: int, chunk_size: int | None = None) -> li
                 if two_chunk_steps and tp * tn <= 2048 and occ > 1:
                     space.append(StateConfig(tp, tn, 4, occ, 2))
     return space
+
+
+def states_array(name: str) -> ArrayConstraint:
+    """The array argument of the chunk states or their gradients, (b, c, h, p, n), with inputs of dtype `name` (a key
+    of kernels.cutile.signature.DTYPES): stored in states_dtype's."""
+    return array(cutile_dtype(states_dtype(getattr(torch, name))), 5)
+
+
+def aot_signatures() -> Iterator[Specialization]:
+    """The specializations CI compiles, in every dtype: first the seed shape's default (default_state_config with
+    bf16 inputs: the 64 x 32 tile, two chunks an iteration at occupancy 4), then chunks of 64, 128 and 256, with
+    and without initial states, one and two chunks an iteration, at StateConfig()'s occupancy."""
+    f32 = ct.float32
+    for name, dtype in DTYPES.items():
+        for chunk, tile_p, tile_n, has_init, step, occupancy in (
+            (128, 64, 32, False, 2, 4),
+            (64, 64, 64, True, 1, StateConfig().occupancy),
+            (64, 64, 32, True, 2, StateConfig().occupancy),
+            (128, 32, 64, False, 2, StateConfig().occupancy),
+            (256, 16, 128, True, 1, StateConfig().occupancy),
+        ):
+            label = f"fwd_pass_state[{name},Q={chunk},P={tile_p},N={tile_n},init={has_init},step={step}]"
+            yield (
+                *hinted(label, fwd_pass_state_kernel, occupancy),
+                kernel_signature(
+                    [array(dtype, 4), array(dtype, 4), array(f32, 3), array(f32, 3)]
+                    + [array(f32, 4), states_array(name), array(f32, 4)]
+                    + [8, 8, chunk, tile_p, tile_n, has_init, name == "float32", 4, step]
+                ),
+            )
 
 
 def fwd_pass_state(

@@ -18,6 +18,9 @@ ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
 ZERO = ct.PaddingMode.ZERO
 TF = ct.tfloat32
+# The cuTile backward's chunk size at most, whatever the forward's: its programs hold chunk x chunk tiles, which
+# spill at 128 (kernels.cutile.ssd composes the passes at it; their AOT specializations are built at it).
+BACKWARD_CHUNK = 64
 
 T = TypeVar("T")
 Spec = Callable[[Any], tuple[tuple[int, ...], Any, tuple]]

@@ -16,12 +16,14 @@ dtypes.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import cuda.tile as ct
 import torch
 
 from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, with_hints
+from kernels.cutile.signature import DTYPES, Specialization, array, hinted, kernel_signature, scalar
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -110,8 +112,8 @@ def norm_bwd_kernel(
 @dataclass(frozen=True)
 class NormConfig:
     """Tokens per program and columns per block (powers of two; the host caps TILE_D to divide the group), and
-    the occupancy hint: without one the compiler stages every block's loads in shared memory (about 130 KB at
-    sm_90 with the medium model's group of 1536), one program per SM."""
+    the occupancy hint: without one the compiler stages every block's loads in shared memory (at sm_90 with the
+    medium model's group of 1536), one program per SM."""
 
     TILE_T: int = 16
     TILE_D: int = 256
@@ -122,14 +124,12 @@ class NormConfig:
 BWD_TILES = ((8, 256), (16, 128), (16, 256), (32, 128))
 BWD_OCCUPANCY = (1, 2, 4)
 # The forward gains from smaller tiles at higher occupancy, the backward not: each of its programs writes a row of
-# dw partial sums, and smaller tiles write more (results/probes/norm_small_tiles_2026-12-01.txt). Summing them over
-# segments of 4-16 token tiles in registers lost too: 279 us at best against 134 without
-# (results/probes/norm_bwd_segments_2026-12-02.txt).
+# dw partial sums, and smaller tiles write more. Summing them over segments of 4-16 token tiles in registers lost
+# too (docs/kernels.md, rms_norm).
 FWD_TILES = ((4, 256), (4, 512), (8, 256), (16, 128), (32, 128))
 FWD_OCCUPANCY = (1, 2, 4, 8)
-# The fastest at one layer of the medium model's step, tuned, bf16: occupancy 4 beat 1 by 2.3x forward and 1.8x
-# backward (results/probes/layers_two_pass_and_occupancy_2026-12-01.txt); 4 x 512 at occupancy 8 took the forward
-# from 87.3 to 79.7 us (norm_small_tiles_2026-12-01.txt).
+# The fastest at one layer of the medium model's step, tuned, bf16: occupancy 4 beat 1 forward and backward, and
+# 4 x 512 at occupancy 8 beat it forward (docs/kernels.md, rms_norm).
 DEFAULT_FWD, DEFAULT_BWD = NormConfig(4, 512, 8), NormConfig(32, 128, 4)
 
 
@@ -141,6 +141,31 @@ def fwd_space() -> list[NormConfig]:
 def bwd_space() -> list[NormConfig]:
     """The backward's configurations tuning times."""
     return [NormConfig(tt, td, occ) for tt, td in BWD_TILES for occ in BWD_OCCUPANCY]
+
+
+def aot_signatures() -> Iterator[Specialization]:
+    """The specializations CI compiles at the medium model's group of 1536 channels, for both kernels: every dtype
+    with the default configuration and a gate (first bf16), every other tile of the tune spaces at each occupancy
+    hint at bf16, and no gate. The output (forward) and its gradient (backward) in bf16, as under autocast."""
+    f32, bf16 = ct.float32, ct.bfloat16
+    group = 1536
+    for stage, kernel, default, tiles, hints in (
+        ("norm_fwd", norm_fwd_kernel, DEFAULT_FWD, FWD_TILES, FWD_OCCUPANCY),
+        ("norm_bwd", norm_bwd_kernel, DEFAULT_BWD, BWD_TILES, BWD_OCCUPANCY),
+    ):
+        first = (default.TILE_T, default.TILE_D, default.occupancy)
+        cases = [(name, first, True) for name in DTYPES]
+        cases += [("bfloat16", (*tile, occ), True) for tile in tiles for occ in hints if (*tile, occ) != first]
+        cases.append(("bfloat16", first, False))
+        for name, (tile_t, tile_d, occupancy), gate in cases:
+            dtype = DTYPES[name]
+            if stage == "norm_fwd":  # x, z, weight, out, rstd, eps
+                arrays = [array(dtype, 2), array(dtype, 2), array(f32, 1), array(bf16, 2), array(f32, 2), scalar(f32)]
+            else:  # x, z, weight, rstd, dout, dx, dz, dweight_part
+                arrays = [array(dtype, 2), array(dtype, 2), array(f32, 1), array(f32, 2), array(bf16, 2)]
+                arrays += [array(dtype, 2), array(dtype, 2), array(f32, 2)]
+            label = f"{stage}[{name},G={group},T={tile_t},D={tile_d},gate={gate}]"
+            yield *hinted(label, kernel, occupancy), kernel_signature([*arrays, group, tile_t, tile_d, gate])
 
 
 def block_width(group_size: int, tile_d: int) -> int:
@@ -230,7 +255,7 @@ def norm_bwd(
         return (nt, d // group_size), with_hints(norm_bwd_kernel, cfg.occupancy), (*args, z is not None)
 
     cfg = launch("norm_bwd", _key(x, group_size, z is not None), DEFAULT_BWD, bwd_space, spec, x.device)
-    # along contiguous rows: a sum down the columns of (N / TILE_T, d) took 19.5 us at the medium step's layer
+    # along contiguous rows: a sum down the columns of (N / TILE_T, d) was slower (docs/kernels.md, rms_norm)
     dweight = parts[cfg.TILE_T].sum(1).to(weight.dtype)
     return dx.view(x.shape), None if z is None else dz.view(z.shape), dweight
 

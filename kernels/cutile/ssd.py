@@ -29,13 +29,13 @@ from kernels.cutile.chunk_cumsum import chunk_cumsum, chunk_cumsum_log2
 from kernels.cutile.chunk_cumsum_bwd import chunk_cumsum_bwd
 from kernels.cutile.compute_out import compute_out
 from kernels.cutile.fwd_pass_state import fwd_pass_state
+from kernels.cutile.launch import BACKWARD_CHUNK
 from kernels.cutile.state_walks import DEFAULT_WALKS, state_walks, wait_for_walks
 from kernels.op import differentiable_op
 from kernels.reference_backward import by_input
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 SUPPORTED_CHUNKS = (16, 32, 64, 128, 256)
-BACKWARD_CHUNK = 64  # the cuTile backward's chunk size at most (it holds chunk x chunk tiles per program)
 MAX_DIM = 256  # head dim and state dim: one tile each
 
 

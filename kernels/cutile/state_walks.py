@@ -12,14 +12,16 @@ runs the two walks as its `walks` argument says: by default in this one launch (
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 
 import cuda.tile as ct
 import torch
 
 from kernels.cutile import bwd_pass_state as backward
 from kernels.cutile import fwd_pass_state as forward
-from kernels.cutile.fwd_pass_state import StateConfig, search_space
-from kernels.cutile.launch import ConstBool, ConstInt, launch, shape_key, with_hints
+from kernels.cutile.fwd_pass_state import StateConfig, search_space, states_array
+from kernels.cutile.launch import BACKWARD_CHUNK, ConstBool, ConstInt, launch, shape_key, with_hints
+from kernels.cutile.signature import DTYPES, Specialization, array, hinted, kernel_signature
 
 
 @ct.kernel
@@ -128,3 +130,21 @@ def wait_for_walks(device: torch.device, walks: str) -> None:
     stream (the chunk states are ready). Nothing for the other modes."""
     if walks == "aside":
         torch.cuda.current_stream(device).wait_stream(second_stream(device))
+
+
+def aot_signatures() -> Iterator[Specialization]:
+    """state_walks_kernel's specializations: both walks in one launch at the backward's chunk size, the seed's tile
+    (64 x 32, two chunks an iteration) at bf16 and StateConfig()'s tile in float32, at StateConfig()'s occupancy."""
+    f32 = ct.float32
+    chunk = BACKWARD_CHUNK
+    for name, tile_p, tile_n, step in (("bfloat16", 64, 32, 2), ("float32", 32, 64, 1)):
+        dtype, states = DTYPES[name], states_array(name)
+        label = f"state_walks[{name},Q={chunk},P={tile_p},N={tile_n},step={step}]"
+        yield (
+            *hinted(label, state_walks_kernel, StateConfig().occupancy),
+            kernel_signature(
+                [array(dtype, 4), array(dtype, 4), array(f32, 3), array(f32, 3), array(f32, 4), states]
+                + [array(f32, 4), array(dtype, 4), array(dtype, 4), array(f32, 3), array(f32, 4), states]
+                + [array(f32, 4), 8, 8, chunk, tile_p, tile_n, False, True, name == "float32", 4, step]
+            ),
+        )

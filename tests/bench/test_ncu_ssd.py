@@ -6,8 +6,8 @@ import csv
 
 from cuda.tile import compilation as ctc
 
-from bench import aot
 from bench.ncu_ssd import main, source_summary, summarize, trim
+from kernels.cutile import bwd_dx
 
 STALLS = ("long_scoreboard", "barrier", "math_pipe_throttle", "wait", "selected")
 HEADER = ["ID", "Kernel Name", "gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum"]
@@ -15,9 +15,7 @@ HEADER += ["gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "launch__re
 HEADER += [f"smsp__average_warps_issue_stalled_{s}_per_issue_active.ratio" for s in STALLS]
 UNITS = ["", "", "ns", "byte", "byte", "%", "register/thread"] + [""] * len(STALLS)
 # a cuTile kernel's name as a profile shows it (mangled with its specialization)
-CUTILE = ctc.mangle_kernel_name(
-    "bwd_dx_kernel", next(s for label, _, s in aot.backward_signatures() if "bwd_dx" in label)
-)
+CUTILE = ctc.mangle_kernel_name("bwd_dx_kernel", next(bwd_dx.aot_signatures())[2])
 TORCH = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>(at::native::ReduceOp<float>)"
 
 

@@ -8,6 +8,7 @@ from cuda.tile import compilation as ctc
 
 from bench import aot
 from bench.traffic import STAGES, SSDShape, Traffic, profiled, ssd_io, stage_traffic
+from kernels.cutile import chunk_cumsum
 
 # b 1, l 5, h 2, p 4, g 1, n 8, Q 4: c = 2 chunks, rows padded to c·Q = 8 tokens; x in float16, dt in bfloat16.
 TINY = SSDShape(
@@ -76,7 +77,9 @@ def test_bad_stage_and_dtype_are_named():
 
 
 def test_profiled_reads_stage_and_constants_off_every_specialization_the_ssd_compiles():
-    for label, _, signature in (*aot.signatures(), *aot.backward_signatures()):
+    ssd = [(label, signature) for label, _, signature in aot.every_signature() if label.split("[")[0] in STAGES]
+    assert {label.split("[")[0] for label, _ in ssd} == set(STAGES)
+    for label, signature in ssd:
         stage = label.split("[")[0]
         found = profiled(ctc.mangle_kernel_name(f"{stage}_kernel", signature))
         consts = [p.value for p in signature.parameters if isinstance(p, ctc.ConstantConstraint)]
@@ -89,7 +92,7 @@ def test_profiled_reads_stage_and_constants_off_every_specialization_the_ssd_com
 def test_profiled_leaves_other_kernels_and_other_versions_alone():
     for name in ("_chunk_scan_fwd_kernel", "void at::native::reduce_kernel<512, 1>(int)", "sm90_xmma_gemm_K_x"):
         assert profiled(name) is None
-    label, _, signature = next(aot.backward_signatures())
+    label, _, signature = next(chunk_cumsum.aot_signatures())
     stage = label.split("[")[0]
     fewer = ctc.KernelSignature(signature.parameters[:-1], signature.calling_convention)
     found = profiled(ctc.mangle_kernel_name(f"{stage}_kernel", fewer))  # a parameter less than the kernel here

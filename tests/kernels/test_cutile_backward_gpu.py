@@ -21,7 +21,7 @@ from tests.gpu_common import CUTILE, INPUTS, SEEDS, TOL, run
 pytestmark = CUTILE
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # 3 dtypes x chunk 64/128 x head dim 64/128 x state 64/128 = 24, plus 13 edge shapes x 2 dtypes = 50.
-# The backward runs at chunk 64 whatever the forward's chunk (kernels.cutile.ssd.BACKWARD_CHUNK).
+# The backward runs at chunk 64 whatever the forward's chunk (kernels.cutile.launch.BACKWARD_CHUNK).
 GRID = list(itertools.product(DTYPES, (64, 128), (64, 128), (64, 128)))
 EDGES = [  # (b, l, h, p, g, n, chunk, init, dfinal, D, dt_bias)
     (1, 1, 2, 64, 1, 64, 64, False, True, True, True),

@@ -9,6 +9,7 @@ import torch
 
 from bench import aot
 from kernels.cutile import ssd as cutile_ssd
+from kernels.cutile.launch import BACKWARD_CHUNK
 
 
 def test_cpu_tensors_are_refused_by_the_kernels_wrapper():
@@ -283,7 +284,7 @@ def test_cutile_backward_runs_at_its_own_chunk_size(reference_stages, monkeypatc
         seen.clear()
         got = cutile_ssd.ssd_bwd(dy, None, x, dt, A, B, C, chunk, None, None, True, None, "cutile")
         want = cutile_ssd.ssd_bwd(dy, None, x, dt, A, B, C, chunk, None, None, True, None, "reference")
-        assert seen == [cutile_ssd.BACKWARD_CHUNK]
+        assert seen == [BACKWARD_CHUNK]
         for a, w in zip(got[:5], want[:5]):
             torch.testing.assert_close(a, w, rtol=1e-9, atol=1e-10)
 

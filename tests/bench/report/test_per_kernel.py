@@ -13,10 +13,12 @@ def fwd_pass_state_name(Q: int) -> str:
     """fwd_pass_state's kernel name as the profiler lists it, specialized for chunk size Q (CI's bf16 signature)."""
     from cuda.tile import compilation as ctc
 
-    from bench import aot
     from bench.traffic import kernel_parameters
+    from kernels.cutile import fwd_pass_state
 
-    sig = next(s for label, _, s in aot.signatures() if label.startswith("fwd_pass_state[bfloat16,Q=128"))
+    sig = next(
+        s for label, _, s in fwd_pass_state.aot_signatures() if label.startswith("fwd_pass_state[bfloat16,Q=128")
+    )
     params = list(sig.parameters)
     params[kernel_parameters("fwd_pass_state").index("Q")] = ctc.ConstantConstraint(Q)
     return ctc.mangle_kernel_name("fwd_pass_state_kernel", ctc.KernelSignature(params, sig.calling_convention))
