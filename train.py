@@ -11,7 +11,9 @@ Keys: trainer.* (Lightning Trainer), model.* (lightning_modules.language_model.L
 data.vocab_size sets model.config.vocab_size.
 
 --ckpt_path last resumes from <checkpoint.dirpath>/last.ckpt and stops (exit 2) when there is none;
-a resumed run continues the same wandb run and CSV log. An error ends in one line on stderr: exit
+a resumed run continues the same wandb run and CSV log. A configuration that cannot run here (a model
+that does not fit together, a backend this machine lacks, a corpus that is not there) is refused before
+anything is written: no run folder, logs or data cache. An error ends in one line on stderr: exit
 code 2 when nothing was trained (configuration, paths, data, checkpoint: fix the input), 1 when a
 run failed while training (its checkpoints are kept), 130 on Ctrl-C. --debug (command line only)
 shows the full traceback instead.
@@ -35,10 +37,11 @@ def _fail(message: str, code: int) -> None:
 
 try:  # the libraries take seconds to load: Ctrl-C meanwhile ends as it does later, in one line
     import torch
-    from jsonargparse import ArgumentError, DefaultHelpFormatter
+    from jsonargparse import ArgumentError, DefaultHelpFormatter, Namespace
     from lightning.pytorch.callbacks import Callback
     from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+    import kernels
     from data.datamodule import TextDataModule
     from lightning_modules.checkpoint import (
         AtomicCheckpointIO,
@@ -50,6 +53,7 @@ try:  # the libraries take seconds to load: Ctrl-C meanwhile ends as it does lat
     from lightning_modules.language_model import LanguageModel, release_compiled_graphs
     from lightning_modules.loggers import LOGGED_RUN_KEY, LoggedRun, LoggingConfig, finish_loggers, make_loggers
     from lightning_modules.step_timer import StepTimer
+    from model.mamba2 import Mamba2Config
 except KeyboardInterrupt:
     _fail("interrupted before training began", 130)
 
@@ -104,6 +108,34 @@ class GracefulStop(Callback):
         self._restore()
 
 
+def training_device(accelerator) -> torch.device:
+    """The device the Trainer trains on for `trainer.accelerator`: the GPU where torch sees one and the accelerator
+    is "auto", "gpu" or "cuda" (or given as a class, as "auto"), else the CPU."""
+    name = accelerator if isinstance(accelerator, str) else "auto"
+    return torch.device("cuda" if name in ("auto", "gpu", "cuda") and torch.cuda.is_available() else "cpu")
+
+
+def check_config(cfg: Namespace) -> None:
+    """Raise ValueError naming the first setting of the parsed configuration that cannot run here: the model's
+    sizes and choices (Mamba2Config.validate: the cuTile backward with another SSD backend, say), an SSD backend
+    other than auto that the training device cannot run, a cuTile conv or norm where cuTile cannot run. Runs
+    before any class is instantiated; the data settings are checked next, by TextDataModule, also before the
+    Trainer and its loggers exist. A refused configuration leaves nothing behind."""
+    model = cfg.model.config
+    try:
+        Mamba2Config(**model.as_dict()).validate()
+    except ValueError as err:
+        raise ValueError(f"model.config: {err}") from None
+    device = training_device(cfg.trainer.accelerator)
+    if model.ssd_backend != "auto" and (reason := kernels.unavailable_reason(model.ssd_backend, device)):
+        raise ValueError(
+            f"model.config.ssd_backend {model.ssd_backend!r} cannot run here: {reason}; use ssd_backend auto or torch"
+        )
+    for key in ("conv_backend", "norm_backend"):
+        if getattr(model, key) == "cutile" and (reason := kernels.unavailable_reason("cutile", device)):
+            raise ValueError(f"model.config.{key} cutile cannot run here: {reason}; use {key} torch or auto")
+
+
 class TrainCLI(LightningCLI):
     resume_path: str | None = None
     resume_step: int | None = None
@@ -127,6 +159,7 @@ class TrainCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config
+        check_config(cfg)
         root = cfg.trainer.default_root_dir or "runs/default"
         cfg.trainer.default_root_dir = root
         if cfg.checkpoint.dirpath is None:

@@ -20,7 +20,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from data.corpus import load_corpus
+from data.corpus import load_corpus, local_files
 from data.tokenizer import encode_batch, file_digest, pack_batch, train_tokenizer
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,8 @@ class TextDataModule(L.LightningDataModule):
     ):
         """
         Args:
-            corpus: "stdlib" (the default, needs nothing), a local file/directory/glob, or "hub:owner/name[:config]".
+            corpus: "stdlib" (the default, needs nothing), a local file/directory/glob (checked here: it must exist
+                and hold files the corpus reads), or "hub:owner/name[:config]".
             text_field: the text column of jsonl/parquet/hub data.
             sample_by: one row of a text file is a "document", "paragraph" or "line".
             max_documents: keep this many documents (a seeded random subset) to shorten a run.
@@ -105,6 +106,8 @@ class TextDataModule(L.LightningDataModule):
                 raise ValueError(f"data.{name} must be positive, got {value}")
         if vocab_size < 257:
             raise ValueError(f"data.vocab_size must be at least 257 (256 bytes + EOS), got {vocab_size}")
+        if corpus != "stdlib" and not corpus.startswith("hub:"):
+            local_files(corpus)  # a missing path or a file the corpus cannot read: refused before any run begins
         self.save_hyperparameters()
         self.corpus, self.text_field, self.sample_by = corpus, text_field, sample_by
         self.max_documents, self.val_fraction, self.seed = max_documents, val_fraction, seed

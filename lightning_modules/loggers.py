@@ -2,7 +2,8 @@
 
 LoggingConfig        the `logging:` section of train.py
 make_loggers         an offline (or online) wandb run beside a CSV log; on resume, the same wandb run (same
-                     id) and the same CSV version, continued from the restored step
+                     id) and the same CSV version, continued from the restored step; nothing is written
+                     before the run starts
 ContinuedCSVLogger   a CSVLogger that keeps the rows of the steps before the restored one
 LoggedRun            a callback that writes the loggers' ids into every checkpoint (plain data), where a
                      resume finds them
@@ -60,6 +61,18 @@ class _ContinuedWriter(ExperimentWriter):
         self.metrics_keys = keys
 
 
+class RootedWandbLogger(WandbLogger):
+    """A WandbLogger that creates its save_dir when its run starts (wandb warns about a missing git root when the
+    folder is not there yet), not before: a run refused while it is being configured leaves no folder behind."""
+
+    @property
+    @rank_zero_experiment
+    def experiment(self):
+        if self._experiment is None and self.save_dir is not None:
+            Path(self.save_dir).mkdir(parents=True, exist_ok=True)
+        return super().experiment
+
+
 class ContinuedCSVLogger(CSVLogger):
     """CSVLogger writing into an existing version, continuing its metrics.csv from `start_step`."""
 
@@ -94,10 +107,9 @@ def make_loggers(cfg: LoggingConfig, root_dir: str, resumed: dict | None = None,
                 "wandb is not installed: logging to CSV only (pip install wandb for dashboards)", stacklevel=2
             )
         else:
-            Path(root_dir).mkdir(parents=True, exist_ok=True)  # wandb warns about a missing git root otherwise
             run_id = resumed.get("wandb")
             loggers.append(
-                WandbLogger(
+                RootedWandbLogger(
                     project=cfg.project,
                     name=cfg.name,
                     save_dir=root_dir,

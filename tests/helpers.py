@@ -1,9 +1,11 @@
 """Shared by the tests: tiny corpora, CSV metric reading, the offline wandb record reader, train.py arguments
-and subprocesses, callbacks that break a run on purpose."""
+and subprocesses, scripts called in-process, callbacks that break a run on purpose."""
 
 from __future__ import annotations
 
 import csv
+import functools
+import importlib.util
 import os
 import signal
 import struct
@@ -11,12 +13,15 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 
 ROOT = Path(__file__).resolve().parent.parent
+# The data settings of tiny_args' runs (TextDataModule's arguments): the conftest's data_cache is built with them.
+TINY_DATA = {"max_documents": None, "vocab_size": 300, "seq_len": 48, "batch_size": 4, "val_fraction": 0.2}
 
 
 def write_corpus(directory: Path, n_files: int = 12, lines: int = 60) -> Path:
@@ -30,8 +35,10 @@ def write_corpus(directory: Path, n_files: int = 12, lines: int = 60) -> Path:
     return directory
 
 
-def tiny_args(root: Path, corpus: Path, *extra: str) -> list[str]:
-    """train.py arguments for a seconds-long CPU run on `corpus`, everything under `root`."""
+def tiny_args(root: Path, corpus: Path, *extra: str, cache_dir: Path | None = None) -> list[str]:
+    """train.py arguments for a seconds-long CPU run on `corpus`, everything under `root`; the data cache (tokenizer,
+    tokenized blocks) in `cache_dir` (the conftest's data_cache: built once a session), else a new one in root."""
+    data = [f"--data.{key}={'null' if value is None else value}" for key, value in TINY_DATA.items()]
     return [
         "--config",
         str(ROOT / "configs" / "tiny.yaml"),
@@ -47,12 +54,8 @@ def tiny_args(root: Path, corpus: Path, *extra: str) -> list[str]:
         "--model.config.chunk_size=16",
         "--model.warmup_steps=2",
         f"--data.corpus={corpus}",
-        "--data.max_documents=null",
-        "--data.vocab_size=300",
-        "--data.seq_len=48",
-        "--data.batch_size=4",
-        "--data.val_fraction=0.2",
-        f"--data.cache_dir={root / 'cache'}",
+        *data,
+        f"--data.cache_dir={cache_dir or root / 'cache'}",
         "--checkpoint.every_n_train_steps=4",
         *extra,
     ]
@@ -101,6 +104,15 @@ def run_script(
     return subprocess.run(
         [sys.executable, script, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
     )
+
+
+@functools.cache
+def script(name: str) -> ModuleType:
+    """scripts/<name>.py as a module (scripts/ is no package), to call its main(argv) in this process."""
+    spec = importlib.util.spec_from_file_location(f"scripts.{name}", ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def read_metrics(root: Path, version: int | None = None) -> list[dict[str, float]]:

@@ -1,7 +1,8 @@
 """bench/bench_scaling.py on the CPU: two gloo processes and one, a tiny model, the figures' bookkeeping.
 
 The figures themselves are GPU figures (see the script); here: every phase and rank is there, the step split
-adds up, and the derived figures follow from the measured ones.
+adds up, and the derived figures follow from the measured ones. One process runs in this one; two are spawned
+processes (the slow tier).
 """
 
 from __future__ import annotations
@@ -10,18 +11,15 @@ import json
 
 import pytest
 
+from bench import bench_scaling
 from tests.helpers import run_script
-
-pytestmark = pytest.mark.slow
 
 SEQLEN, BATCH = 64, 2
 
 
-def _run(tmp_path, devices: int) -> dict:
-    out = tmp_path / f"scaling{devices}.json"
-    done = run_script(
-        "-m",
-        "bench.bench_scaling",
+def _arguments(out, devices: int) -> list[str]:
+    """bench_scaling's arguments for a one-step CPU run of `devices` processes writing `out`."""
+    return [
         "--config=tiny",
         f"--seqlen={SEQLEN}",
         f"--batch={BATCH}",
@@ -32,11 +30,7 @@ def _run(tmp_path, devices: int) -> dict:
         "--warmup=1",
         "--steps=1",  # one timed step: each median is that step, whose split must add up exactly
         f"--out={out}",
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.count("skipping backend triton") == 1  # said once, by rank 0
-    return json.loads(out.read_text())
+    ]
 
 
 def _check_phase(phase: dict, ranks: int) -> None:
@@ -48,8 +42,13 @@ def _check_phase(phase: dict, ranks: int) -> None:
     assert phase["step_ms_spread"]["n"] == ranks  # every timed step of every rank
 
 
+@pytest.mark.slow  # two spawned processes, each loading torch: seconds the default tier does not spend
 def test_two_processes(tmp_path):
-    data = _run(tmp_path, 2)
+    out = tmp_path / "scaling2.json"
+    done = run_script("-m", "bench.bench_scaling", *_arguments(out, 2), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("skipping backend triton") == 1  # said once, by rank 0
+    data = json.loads(out.read_text())
     assert data["kind"] == "bench_scaling" and data["environment"]["torch"]
     settings = data["settings"]
     assert settings["world_size"] == 2 and settings["variants"] == ["torch"] and "triton" in settings["skipped"]
@@ -70,8 +69,12 @@ def test_two_processes(tmp_path):
     assert rec["stream_warnings"] == 0
 
 
-def test_one_process(tmp_path):
-    data = _run(tmp_path, 1)
+def test_one_process(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "0")  # the script sets it for its workers; monkeypatch restores it after
+    out = tmp_path / "scaling1.json"
+    assert bench_scaling.main(_arguments(out, 1)) == 0
+    assert capsys.readouterr().out.count("skipping backend triton") == 1
+    data = json.loads(out.read_text())
     (rec,) = data["records"]
     assert set(rec["phases"]) == {"single"} and rec["world_size"] == 1
     _check_phase(rec["phases"]["single"], 1)

@@ -95,12 +95,14 @@ def test_stdlib_default_corpus_is_there():
     assert len(ds) == non_empty and all(row["text"].strip() for row in ds.select(range(20)))
 
 
-def test_missing_path_is_named(tmp_path):
+def test_missing_path_is_named_when_the_datamodule_is_made(tmp_path):
+    """A corpus path is checked by the constructor, before any data is read or cached."""
     with pytest.raises(FileNotFoundError, match="does-not-exist"):
-        build(tmp_path, tmp_path / "does-not-exist")
+        TextDataModule(corpus=str(tmp_path / "does-not-exist"), cache_dir=str(tmp_path / "cache"))
     (tmp_path / "empty_dir").mkdir()
     with pytest.raises(FileNotFoundError, match=r"empty_dir.*holds no"):
-        build(tmp_path, tmp_path / "empty_dir")
+        TextDataModule(corpus=str(tmp_path / "empty_dir"), cache_dir=str(tmp_path / "cache"))
+    assert not (tmp_path / "cache").exists()
 
 
 def test_a_glob_reads_the_files_it_matches_not_directories(tmp_path):

@@ -7,9 +7,7 @@ import torch
 
 import train
 from lightning_modules.checkpoint import load_trained, read_checkpoint
-from tests.helpers import read_metrics, run_script, series, tiny_args, wandb_records
-
-pytestmark = pytest.mark.slow
+from tests.helpers import read_metrics, script, series, tiny_args, wandb_records
 
 STEP_METRICS = {
     "time/step_ms",
@@ -23,18 +21,11 @@ STEP_METRICS = {
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory, corpus):
+def finished_run(tmp_path_factory, corpus, data_cache):
     """24 steps, validation every 8, a checkpoint every 5: the last one comes from the end of training."""
     root = tmp_path_factory.mktemp("run")
-    train.main(
-        tiny_args(
-            root,
-            corpus,
-            "--trainer.max_steps=24",
-            "--trainer.val_check_interval=8",
-            "--checkpoint.every_n_train_steps=5",
-        )
-    )
+    run = ("--trainer.max_steps=24", "--trainer.val_check_interval=8", "--checkpoint.every_n_train_steps=5")
+    train.main(tiny_args(root, corpus, *run, cache_dir=data_cache))
     return root
 
 
@@ -81,14 +72,19 @@ def test_offline_wandb_run_holds_the_step_time_metrics(finished_run):
     assert {"ssd_backend_used", "versions", "config", "lr"} <= config_keys
 
 
-def test_generate_greedy_matches_the_forward_pass(finished_run):
+def _generate(capsys, *args: str) -> str:
+    """scripts/generate.py's output for `args`, run in this process; it must succeed."""
+    assert script("generate").main(list(args)) == 0
+    out, err = capsys.readouterr()
+    assert "error" not in err, err[-2000:]
+    return out
+
+
+def test_generate_greedy_matches_the_forward_pass(finished_run, capsys):
     """scripts/generate.py decodes with the recurrent step; greedily it must agree with the chunked forward."""
     ckpt = finished_run / "checkpoints" / "last.ckpt"
     prompt, n = "def function_", 12
-    done = run_script(
-        "scripts/generate.py", str(ckpt), "--prompt", prompt, "--max_new_tokens", str(n), "--temperature", "0"
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    greedy = _generate(capsys, str(ckpt), "--prompt", prompt, "--max_new_tokens", str(n), "--temperature", "0")
     module, tokenizer = load_trained(ckpt)
     ids = tokenizer.encode(prompt).ids
     eos = tokenizer.token_to_id("<|endoftext|>")
@@ -99,11 +95,10 @@ def test_generate_greedy_matches_the_forward_pass(finished_run):
             if nxt == eos:
                 break
             new.append(nxt)
-    assert done.stdout == prompt + tokenizer.decode(new) + "\n"
+    assert greedy == prompt + tokenizer.decode(new) + "\n"
     # Sampling: one seed, one text; top_k 1 leaves only the most likely token, so it decodes greedily.
-    sample = ("scripts/generate.py", str(ckpt), "--prompt", prompt, "--max_new_tokens", str(n))
-    first, again = (run_script(*sample, "--top_k", "5", "--seed", "1") for _ in range(2))
-    assert first.returncode == 0 and first.stdout == again.stdout
-    assert first.stdout.startswith(prompt) and len(first.stdout) > len(prompt) + 1  # tokens followed the prompt
-    top1 = run_script(*sample, "--top_k", "1", "--seed", "2")
-    assert top1.returncode == 0 and top1.stdout == done.stdout
+    sample = (str(ckpt), "--prompt", prompt, "--max_new_tokens", str(n))
+    first, again = (_generate(capsys, *sample, "--top_k", "5", "--seed", "1") for _ in range(2))
+    assert first == again
+    assert first.startswith(prompt) and len(first) > len(prompt) + 1  # tokens followed the prompt
+    assert _generate(capsys, *sample, "--top_k", "1", "--seed", "2") == greedy
