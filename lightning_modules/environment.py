@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import importlib
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -72,6 +73,17 @@ def _git_commit(root: Path = ROOT) -> str | None:
         return None
     changed = _git(root, "status", "--porcelain", "--", *CODE)
     return head + ("+dirty" if changed else "")
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started, from the OS (Linux's /proc); None where the OS does not say."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: start time, clock ticks after boot
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0.0, uptime - started)
 
 
 def environment() -> dict[str, Any]:

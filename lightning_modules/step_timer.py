@@ -12,6 +12,7 @@
     memory/reserved_gib peak memory the allocator held in the step, CUDA graphs' pools included (max over ranks)
     memory/above_start_gib  the allocated peak less what was allocated when the step began (max over ranks)
     time/step_ms_max, time/step_ms_rank{r}      per-rank step times gathered, so a slow rank shows
+    time/first_step_s   the process's start -> the first step's end: imports, data, compilation, tuning
 
 The split is lightning_modules.step_marks.StepMarks. Its marks are read `lag` steps late (default
 one): the host waits for step N-1's last event after queueing step N, so the GPU is never left idle
@@ -34,7 +35,7 @@ from lightning.pytorch.callbacks import Callback
 
 import kernels
 from kernels.timing import Mark
-from lightning_modules.environment import environment, peak_tflops
+from lightning_modules.environment import environment, peak_tflops, process_age_s
 from lightning_modules.step_marks import Lagged, StepMarks
 from model.flops import train_flops_per_token
 
@@ -65,6 +66,8 @@ class StepTimer(Callback):
         self.gather_every = gather_every
         self.steps: list[dict[str, float]] = []
         self.warmup_s = 0.0
+        self.first_step_s: float | None = None
+        self.first_start_s: float | None = None
 
     # -- hooks: place the marks ---------------------------------------------------------------------
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -74,6 +77,7 @@ class StepTimer(Callback):
         kernels.ssd_timer.enabled = True
         self.steps.clear()
         self.warmup_s = 0.0
+        self.first_step_s = self.first_start_s = None
         self._queue = Lagged(self.lag)
         self._ungathered: list[tuple[int, dict[str, float]]] = []
         self._marks: StepMarks | None = None
@@ -99,6 +103,7 @@ class StepTimer(Callback):
         self._tokens = batch["input_ids"][:, 1:].numel() * trainer.world_size
         if self._first is None:
             self._first = self._marks.marks["start"]
+            self.first_start_s = process_age_s()
         self._host_s += time.perf_counter() - t
 
     def on_before_backward(self, trainer, pl_module, loss) -> None:
@@ -147,6 +152,9 @@ class StepTimer(Callback):
             if self.peak:
                 achieved = self.flops_per_token * record["throughput/tokens_per_s"]
                 record["perf/mfu"] = achieved / (self.peak * 1e12 * trainer.world_size)
+            if info["index"] == 0 and self.first_start_s is not None:
+                self.first_step_s = self.first_start_s + split["step_ms"] / 1e3
+                record["time/first_step_s"] = self.first_step_s
             if info["index"] < self.warmup_steps:  # first start to this step's end, gaps included
                 self.warmup_s = self._first.ms_until(info["marks"].marks["end"]) / 1e3
                 record["time/warmup_s"] = self.warmup_s
@@ -189,6 +197,8 @@ class StepTimer(Callback):
     def summary(self) -> dict[str, float]:
         """Steady-state medians of every metric, plus the warm-up seconds and the step count."""
         out: dict[str, float] = {"warmup_s": self.warmup_s, "steady_steps": len(self.steps)}
+        if self.first_step_s is not None:
+            out["first_step_s"] = self.first_step_s
         for key in self.steps[0] if self.steps else []:
             out[key] = statistics.median(s[key] for s in self.steps)
         return out

@@ -176,7 +176,7 @@ def chunk_cumsum_log2(
     dt_softplus: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Stage 1 for the backward: `chunk_cumsum`'s arguments and results, and dA_cumsum·log2(e) from the same
-    launch, which bwd_dx takes with bf16 inputs (`kernels.reference_backward.ssd_backward` hands it on).
+    launch, which bwd_dx takes with bf16 inputs (`kernels.cutile.ssd.ssd_backward` hands it on).
 
     Returns:
         dt_out, dA_cumsum: as `chunk_cumsum`.  dA_log2: (b, h, c, Q) float32, dA_cumsum·log2(e).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -40,6 +42,26 @@ def test_loss_falls_and_artifacts_exist(finished_run):
     step_rows = [r for r in rows if "time/step_ms" in r]
     assert STEP_METRICS <= set(step_rows[-1])
     assert all(r["time/ssd_forward_ms"] > 0 and r["time/step_ms"] >= r["time/forward_ms"] for r in step_rows)
+    # the time to the first step: logged once, with that step, from the process's start (here pytest's)
+    (first,) = [r for r in rows if "time/first_step_s" in r]
+    assert first["step"] == 0 and first["time/first_step_s"] >= first["time/step_ms"] / 1e3
+    summary = json.loads((finished_run / "step_times.json").read_text())
+    assert summary["first_step_s"] == pytest.approx(first["time/first_step_s"], rel=1e-6)
+
+
+def test_process_age_counts_from_the_process_start():
+    """Read from the OS: a new process's age is small and grows with the clock."""
+    import subprocess
+    import sys
+
+    from lightning_modules.environment import process_age_s
+
+    code = "import time; from lightning_modules.environment import process_age_s as a; x = a(); time.sleep(0.3); print(x, a())"
+    young, older = map(
+        float, subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    )
+    assert 0 <= young < 60 and older - young == pytest.approx(0.3, abs=0.1)
+    assert process_age_s() > 0  # and in this process too
 
 
 def test_end_of_training_writes_a_checkpoint_named_after_its_own_loss(finished_run):
