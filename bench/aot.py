@@ -11,6 +11,7 @@ or Blackwell fails CI.
 
 from __future__ import annotations
 
+import argparse
 import concurrent.futures
 import functools
 import importlib
@@ -18,6 +19,7 @@ import io
 import multiprocessing
 import os
 import pkgutil
+import re
 import sys
 import time
 import types
@@ -102,9 +104,18 @@ def export(
 
 
 def main(argv: list[str]) -> int:
-    archs = argv or ["sm_90", "sm_100"]
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.aot", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("archs", nargs="*", default=["sm_90", "sm_100"], help="GPU architectures (default: sm_90 sm_100)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: CPU cores)")
+    args = ap.parse_args(argv)
+    bad = [a for a in args.archs if not re.fullmatch(r"sm_\d{2,3}a?", a)]
+    if bad or args.jobs < 1:
+        ap.error(f"architectures are named like sm_90, got {', '.join(bad)}" if bad else "--jobs must be at least 1")
+    archs = args.archs
     start = time.perf_counter()
-    sizes = export(archs, workers=os.cpu_count() or 1)
+    sizes = export(archs, workers=args.jobs)
     print(f"{len(archs)} architectures compiled in {time.perf_counter() - start:.1f} s")
     for arch, by_label in sizes.items():
         print(f"{arch}: {len(by_label)} kernels")

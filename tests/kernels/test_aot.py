@@ -121,3 +121,13 @@ def test_a_failed_compile_names_the_specialization_and_the_architecture():
         aot.export(["sm_1"], [label])
     with pytest.raises(ValueError, match=r"no specialization labelled nope\[\]"):
         aot.export(ARCHS, ["nope[]"])
+
+
+def test_the_export_tool_refuses_a_bad_architecture_in_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        aot.main(["sm_9x"])
+    assert exit_info.value.code == 2
+    assert (
+        capsys.readouterr().err.strip().splitlines()[-1]
+        == "python -m bench.aot: error: architectures are named like sm_90, got sm_9x"
+    )
