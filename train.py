@@ -117,7 +117,8 @@ def training_device(accelerator) -> torch.device:
 
 def check_config(cfg: Namespace) -> None:
     """Raise ValueError naming the first setting of the parsed configuration that cannot run here: the model's
-    sizes and choices (Mamba2Config.validate: the cuTile backward with another SSD backend, say), an SSD backend
+    sizes and choices (Mamba2Config.validate: the cuTile backward with another SSD backend, say), the bench's
+    standin SSD, an SSD backend
     other than auto that the training device cannot run, a cuTile conv or norm where cuTile cannot run. Runs
     before any class is instantiated; the data settings are checked next, by TextDataModule, also before the
     Trainer and its loggers exist. A refused configuration leaves nothing behind."""
@@ -126,6 +127,11 @@ def check_config(cfg: Namespace) -> None:
         Mamba2Config(**model.as_dict()).validate()
     except ValueError as err:
         raise ValueError(f"model.config: {err}") from None
+    if model.ssd_backend == "standin":
+        raise ValueError(
+            "model.config.ssd_backend 'standin' replaces the SSD by y = x·D to time the rest of a step (bench/); "
+            "it trains no model: use auto, cutile, triton or torch"
+        )
     device = training_device(cfg.trainer.accelerator)
     if model.ssd_backend != "auto" and (reason := kernels.unavailable_reason(model.ssd_backend, device)):
         raise ValueError(

@@ -61,6 +61,7 @@ REFUSED = {
     "ssd_backend cutile": (["--model.config.ssd_backend=cutile"], "ssd_backend 'cutile' cannot run here"),
     "ssd_backend triton": (["--model.config.ssd_backend=triton"], "ssd_backend 'triton' cannot run here"),
     "unknown ssd_backend": (["--model.config.ssd_backend=fastest"], "ssd_backend must be one of"),
+    "the bench's standin": (["--model.config.ssd_backend=standin"], "ssd_backend 'standin' replaces the SSD"),
     "cutile backward, auto": (["--model.config.ssd_backward=cutile"], "ssd_backward 'cutile' needs the cutile backend"),
     "cutile backward, torch": (
         ["--model.config.ssd_backward=cutile", "--model.config.ssd_backend=torch"],
