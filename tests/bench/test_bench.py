@@ -18,8 +18,6 @@ from tests.helpers import default_sigint
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.slow
-
 
 def _run(script: str, *args: str) -> subprocess.CompletedProcess:
     done = subprocess.run(
@@ -240,6 +238,7 @@ def test_ab_kernels_stops_at_ctrl_c(tmp_path):
     assert not (out / "b_1.log").exists()
 
 
+@pytest.mark.slow  # waits for a test stuck on purpose to be stopped by its time limit
 def test_gpu_check_names_the_stuck_test_and_where_it_waits(tmp_path):
     """gpu_check.sh on a selection whose third test never ends: the job times out, and the report names that
     test and the frame it waits in (from the stack dump pytest's faulthandler_timeout writes); the skipped test

@@ -5,11 +5,7 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
 from tests.helpers import run_script
-
-pytestmark = pytest.mark.slow
 
 
 def test_host_path_mock_enqueues_the_cutile_forward_and_backward():

@@ -122,7 +122,6 @@ LAUNCHED_RECOMPUTE = (
 )
 
 
-@pytest.mark.slow
 def test_a_one_chunk_walk_keeps_its_state_in_registers():
     """A walk taking one chunk an iteration stores the state entering the chunk before stepping over it: held
     across the step instead, it spilled at occupancy 4 and the L 2048 recompute was slower (docs/kernels.md,

@@ -8,8 +8,6 @@ import pytest
 
 from tests.bench.report.synthetic import CONFIG, GPU, SHAPE, WALLS, kernel_run, run_report, step_run, write
 
-pytestmark = pytest.mark.slow
-
 
 def test_report_amdahl_takes_the_kernel_shape_of_the_step_and_names_failed_series(tmp_path):
     """With two kernel shapes at the step's L and SSD dimensions, the isolated speedup is the one with the step's

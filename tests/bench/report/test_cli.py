@@ -11,8 +11,6 @@ import pytest
 from bench.report.cli import main
 from tests.bench.report.synthetic import GPU, WALLS, kernel_run, ms, run_report, step_run, write
 
-pytestmark = pytest.mark.slow
-
 
 def test_report_pools_runs_and_renders_what_the_json_holds(tmp_path):
     walls = [{"cutilereference": 0.5, "triton": t, "cutilecutile": 0.25} for t in (1.2, 1.0, 1.5)]

@@ -6,12 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 
-import pytest
-
 from bench.report.headline import inject_headline
 from tests.bench.report.synthetic import CONFIG, ROOT, compiled_step_run, kernel_run, step_run, write
-
-pytestmark = pytest.mark.slow
 
 
 def test_headline_script_renders_its_own_series(tmp_path):

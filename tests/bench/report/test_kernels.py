@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-import pytest
-
 from tests.bench.report.synthetic import WALLS, kernel_run, run_report, step_run, write
-
-pytestmark = pytest.mark.slow
 
 
 def test_report_renders_the_shape_sweep_led_by_its_lowest_ratio(tmp_path):

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from tests.bench.report.synthetic import GPU, SHAPE, kernel_run, pooled, run_report, step_run, write
-
-pytestmark = pytest.mark.slow
 
 
 def fwd_pass_state_name(Q: int) -> str:

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from tests.bench.report.synthetic import GPU, WALLS, kernel_run, ms, run_report, scaling_run, step_run, write
-
-pytestmark = pytest.mark.slow
 
 
 def test_report_renders_the_scaling_series_with_every_rank(tmp_path):

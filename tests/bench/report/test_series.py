@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from tests.bench.report.synthetic import WALLS, kernel_run, run_report, step_run, write
-
-pytestmark = pytest.mark.slow
 
 
 def test_report_refuses_to_pool_runs_measured_differently(tmp_path):

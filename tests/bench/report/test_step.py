@@ -10,8 +10,6 @@ import pytest
 
 from tests.bench.report.synthetic import CONFIG, WALLS, compiled_step_run, kernel_run, run_report, write
 
-pytestmark = pytest.mark.slow
-
 
 def test_report_renders_step_series_per_compile_mode_and_compiled_amdahl_by_subtraction(tmp_path):
     kernels = kernel_run(WALLS)
