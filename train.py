@@ -53,7 +53,7 @@ try:  # the libraries take seconds to load: Ctrl-C meanwhile ends as it does lat
     from lightning_modules.language_model import LanguageModel, release_compiled_graphs
     from lightning_modules.loggers import LOGGED_RUN_KEY, LoggedRun, LoggingConfig, finish_loggers, make_loggers
     from lightning_modules.step_timer import StepTimer
-    from model.mamba2 import Mamba2Config
+    from model.mamba2 import Mamba2Config, check_layer_backends
 except KeyboardInterrupt:
     _fail("interrupted before training began", 130)
 
@@ -123,8 +123,9 @@ def check_config(cfg: Namespace) -> None:
     before any class is instantiated; the data settings are checked next, by TextDataModule, also before the
     Trainer and its loggers exist. A refused configuration leaves nothing behind."""
     model = cfg.model.config
+    config = Mamba2Config(**model.as_dict())
     try:
-        Mamba2Config(**model.as_dict()).validate()
+        config.validate()
     except ValueError as err:
         raise ValueError(f"model.config: {err}") from None
     if model.ssd_backend == "standin":
@@ -137,9 +138,7 @@ def check_config(cfg: Namespace) -> None:
         raise ValueError(
             f"model.config.ssd_backend {model.ssd_backend!r} cannot run here: {reason}; use ssd_backend auto or torch"
         )
-    for key in ("conv_backend", "norm_backend"):
-        if getattr(model, key) == "cutile" and (reason := kernels.unavailable_reason("cutile", device)):
-            raise ValueError(f"model.config.{key} cutile cannot run here: {reason}; use {key} torch or auto")
+    check_layer_backends(config, device)
 
 
 class TrainCLI(LightningCLI):

@@ -22,7 +22,7 @@ import kernels
 import lightning_modules.strategies  # noqa: F401  (registers the "ddp" and "fsdp" strategies)
 from kernels.timing import Mark
 from lightning_modules.environment import code_fingerprint
-from model.mamba2 import Mamba2Config, Mamba2LM, layer_backend, next_token_loss
+from model.mamba2 import Mamba2Config, Mamba2LM, check_layer_backends, layer_backend, next_token_loss
 
 COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile's
 
@@ -80,10 +80,8 @@ class LanguageModel(L.LightningModule):
         norm, cannot)."""
         device = self.device
         name = kernels.resolve(self.config.ssd_backend, device.type, device.index)
+        check_layer_backends(self.config, device)
         configured = (self.config.conv_backend, self.config.norm_backend)
-        for key, value in zip(("conv_backend", "norm_backend"), configured, strict=True):
-            if value == "cutile" and (reason := kernels.unavailable_reason("cutile", device)):
-                raise ValueError(f"model.config.{key} cutile cannot run here: {reason}; use {key} torch or auto")
         kernels.set_autotune(self.hparams.cutile_autotune)
         rank_zero_info(f"SSD backend: {name} (configured: {self.config.ssd_backend}, device: {device})")
         conv, norm = (layer_backend(value, device) for value in configured)

@@ -42,6 +42,14 @@ def layer_backend(name: str, device: torch.device) -> str:
     return "cutile" if kernels.cutile_runs(device.type, device.index) else "torch"
 
 
+def check_layer_backends(cfg: Mamba2Config, device: torch.device) -> None:
+    """Raise ValueError naming the first of conv_backend and norm_backend set to "cutile" where cuTile cannot run on
+    `device` ("auto" runs torch there)."""
+    for key in ("conv_backend", "norm_backend"):
+        if getattr(cfg, key) == "cutile" and (reason := kernels.unavailable_reason("cutile", device)):
+            raise ValueError(f"model.config.{key} cutile cannot run here: {reason}; use {key} torch or auto")
+
+
 @functools.cache
 def _cutile_conv() -> Callable[..., tuple[Tensor, ...]]:
     from kernels.cutile.causal_conv import causal_conv1d_silu as cutile_conv
