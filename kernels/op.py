@@ -51,6 +51,14 @@ class DifferentiableOp:
         return self.function.apply(*inputs)
 
 
+def ssd_forward_fake(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, *rest: Any) -> tuple[Tensor, Tensor]:
+    """The fake of every SSD backend's forward op: y like x (contiguous) and the final state (b, h, p, n) float32."""
+    b, _, h, p = x.shape
+    return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(
+        (b, h, p, B.shape[-1]), dtype=torch.float32
+    )
+
+
 def tensor_arguments(fn: Callable) -> tuple[int, ...]:
     """Positions of `fn`'s arguments annotated Tensor or Tensor | None."""
     hints = typing.get_type_hints(fn)

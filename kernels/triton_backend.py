@@ -17,7 +17,7 @@ import torch
 from mamba_ssm.ops.triton.ssd_combined import _mamba_chunk_scan_combined_bwd, _mamba_chunk_scan_combined_fwd
 from torch import Tensor
 
-from kernels.op import differentiable_op
+from kernels.op import differentiable_op, ssd_forward_fake
 
 
 def _on_device(x: Tensor):
@@ -43,13 +43,6 @@ def triton_forward(
             x, dt, A, B, C, chunk_size, D=D, dt_bias=dt_bias, initial_states=initial_states, dt_softplus=dt_softplus
         )
     return y, final_state.float()
-
-
-def _forward_fake(x, dt, A, B, C, chunk_size, D=None, dt_bias=None, dt_softplus=False, initial_states=None):
-    b, _, h, p = x.shape
-    return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(
-        (b, h, p, B.shape[-1]), dtype=torch.float32
-    )
 
 
 def triton_gradients(
@@ -105,7 +98,7 @@ def _gradients_fake(dy, dfinal_state, x, dt, A, B, C, chunk_size, D, dt_bias, dt
 
 # mamba_ssm takes strided views and copies what its kernels cannot read; y is kept for its backward
 SSD = differentiable_op(
-    "mamba2_triton::ssd", triton_forward, _forward_fake, triton_gradients, _gradients_fake, kept_outputs=(0,)
+    "mamba2_triton::ssd", triton_forward, ssd_forward_fake, triton_gradients, _gradients_fake, kept_outputs=(0,)
 )
 ssd_fwd, ssd_bwd = SSD.forward_op, SSD.backward_op
 

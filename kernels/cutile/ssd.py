@@ -31,7 +31,7 @@ from kernels.cutile.compute_out import compute_out
 from kernels.cutile.fwd_pass_state import fwd_pass_state
 from kernels.cutile.launch import BACKWARD_CHUNK
 from kernels.cutile.state_walks import DEFAULT_WALKS, state_walks, wait_for_walks
-from kernels.op import differentiable_op
+from kernels.op import differentiable_op, ssd_forward_fake
 from kernels.reference_backward import by_input
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -95,12 +95,6 @@ def ssd_forward(
     dt_out, dA_cumsum = chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
     chunk_states, final_state = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
     return compute_out(x, B, C, dt_out, dA_cumsum, chunk_states, D), final_state
-
-
-def _ssd_forward_fake(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, backward):
-    b, _, h, p = x.shape
-    n = B.shape[-1]
-    return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty((b, h, p, n), dtype=torch.float32)
 
 
 def ssd_backward(
@@ -223,7 +217,7 @@ def _input_gradients(grads: list[Tensor], inputs: list) -> tuple[Tensor | None, 
 SSD = differentiable_op(
     "mamba2_cutile::ssd",
     ssd_forward,
-    _ssd_forward_fake,
+    ssd_forward_fake,
     ssd_gradients,
     _ssd_gradients_fake,
     _input_gradients,
