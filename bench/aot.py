@@ -23,7 +23,7 @@ import re
 import sys
 import time
 import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from cuda.tile import compilation as ctc
 
@@ -38,15 +38,10 @@ def kernel_modules() -> list[types.ModuleType]:
     return [m for m in modules if hasattr(m, "aot_signatures")]
 
 
-def signature_sources() -> dict[str, Callable[[], Iterator[Specialization]]]:
-    """Module name -> the function yielding its specializations: each kernel module's `aot_signatures`."""
-    return {m.__name__: m.aot_signatures for m in kernel_modules()}
-
-
 def every_signature() -> Iterator[Specialization]:
     """Every specialization CI compiles, module by module: (label, kernel with its launch's hints, signature)."""
-    for source in signature_sources().values():
-        yield from source()
+    for module in kernel_modules():
+        yield from module.aot_signatures()
 
 
 def first_of_each_kernel() -> list[str]:
