@@ -70,14 +70,18 @@ def set_shipped_path(path: str | os.PathLike | None) -> None:
     _state["chosen"] = {}
 
 
+def _read_table(path: Path, what: str) -> dict[str, dict]:
+    """The JSON table at `path`: empty when there is none, or (with a warning naming `what`) when it is unreadable."""
+    try:
+        return json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, json.JSONDecodeError) as e:
+        log.warning("ignoring unreadable %s %s: %s", what, path, e)
+        return {}
+
+
 def _shipped() -> dict[str, dict]:
     if _state["shipped"] is None:
-        path = _state["shipped_path"]
-        try:
-            _state["shipped"] = json.loads(path.read_text()) if path.exists() else {}
-        except (OSError, json.JSONDecodeError) as e:
-            log.warning("ignoring unreadable table of tuned cuTile configurations %s: %s", path, e)
-            _state["shipped"] = {}
+        _state["shipped"] = _read_table(_state["shipped_path"], "table of tuned cuTile configurations")
     return _state["shipped"]
 
 
@@ -96,12 +100,7 @@ def sweep_verbosely() -> None:
 
 def _load() -> dict[str, dict]:
     if _state["memory"] is None:
-        path = cache_path()
-        try:
-            _state["memory"] = json.loads(path.read_text()) if path.exists() else {}
-        except (OSError, json.JSONDecodeError) as e:
-            log.warning("ignoring unreadable cuTile tuning cache %s: %s", path, e)
-            _state["memory"] = {}
+        _state["memory"] = _read_table(cache_path(), "cuTile tuning cache")
     return _state["memory"]
 
 
