@@ -2,6 +2,7 @@
 `python -m bench.NAME --help`.
 
     bench_kernels, bench_step, bench_scaling   the SSD alone, the training step, one GPU against several -> JSON
+    first_step             train.py as a user runs it: the first step on empty caches, then the steady step
     report/                BENCHMARKS.md, the plots and README's headline block from results/*.json
     headline.sh            the three-process series behind the headline; precompile fills compile caches first
     timing, step, results, kernel_names, inputs   measuring helpers: clocks, the timed step, JSON, names, inputs
