@@ -25,10 +25,10 @@ import torch
 
 import kernels
 from bench.inputs import random_inputs
-from bench.results import backward_records, write_json
+from bench.results import available_backends, backward_records, write_json
 from bench.timing import ceilings, gpu_kernel_ms, summarize, wall_ms
 from bench.traffic import SSDShape, ssd_io
-from lightning_modules.environment import available_backends, environment
+from lightning_modules.environment import environment
 
 
 @dataclass(frozen=True)

@@ -56,11 +56,11 @@ from bench.bench_step import (  # models built as bench_step builds them
     load_module,
     parse_run_arguments,
 )
-from bench.results import write_json
+from bench.results import available_backends, write_json
 from bench.step import TimedStep, alternate, median_split, token_batches, warm_up
 from bench.timing import gpu_kernel_ms, summarize
 from kernels.timing import Mark
-from lightning_modules.environment import available_backends, environment, peak_tflops
+from lightning_modules.environment import environment, peak_tflops
 from lightning_modules.strategies import STREAM_WARNING
 from model.flops import train_flops_per_token
 from model.mamba2 import next_token_loss

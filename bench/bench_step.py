@@ -41,10 +41,10 @@ import torch
 import yaml
 
 import kernels
-from bench.results import STEP_LAYERS, write_json
+from bench.results import STEP_LAYERS, available_backends, write_json
 from bench.step import TimedStep, alternate, median_split, token_batches, warm_up
 from bench.timing import gpu_kernel_ms, summarize
-from lightning_modules.environment import available_backends, environment, peak_tflops
+from lightning_modules.environment import environment, peak_tflops
 from lightning_modules.language_model import LanguageModel, release_compiled_graphs
 from model.flops import ssd_flops_per_token, train_flops_per_token
 from model.mamba2 import Mamba2Config, next_token_loss

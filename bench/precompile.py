@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 
 from bench.bench_kernels import MODES, SHAPE_SETS, Shape, make_call, make_inputs
+from bench.results import available_backends
 from kernels.cutile.state_walks import DEFAULT_WALKS, WALK_MODES
-from lightning_modules.environment import available_backends
 
 ROOT = Path(__file__).resolve().parents[1]  # the workers run `python -m bench.precompile` from here
 

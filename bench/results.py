@@ -1,10 +1,13 @@
-"""The JSON file a measurement writes: its settings, environment and records, in one place."""
+"""The JSON file a measurement writes: its settings, environment and records, in one place; and which of the
+backends asked for it could measure (the others are recorded as skipped, with why)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Any
+
+import kernels
 
 # A training-step row's cuTile layers: its label's suffix (bench_step's variants, "triton+conv+norm") -> the
 # model.config field that the suffix sets to "cutile" (the report reads the row's layers back from those fields).
@@ -46,3 +49,16 @@ def backward_records(records: list[dict]) -> list[dict]:
             }
         )
     return out
+
+
+def available_backends(names: str, device: str) -> tuple[list[str], dict[str, str]]:
+    """Split comma-separated SSD backend names into (those that run on `device`, {skipped: why}), saying why."""
+    ok, skipped = [], {}
+    for name in names.split(","):
+        reason = kernels.unavailable_reason(name, device)
+        if reason is None:
+            ok.append(name)
+        else:
+            skipped[name] = reason
+            print(f"skipping backend {name}: {reason}", flush=True)
+    return ok, skipped

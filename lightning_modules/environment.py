@@ -13,8 +13,6 @@ from typing import Any
 
 import torch
 
-import kernels
-
 PEAK_BF16_TFLOPS = {"H200": 989.5, "H100": 989.5, "A100": 312.0}  # datasheet dense bf16, per GPU
 
 
@@ -132,16 +130,3 @@ def peak_tflops(device_name: str) -> float | None:
         if key in device_name:
             return value
     return None
-
-
-def available_backends(names: str, device: str) -> tuple[list[str], dict[str, str]]:
-    """Split comma-separated SSD backend names into (those that run on `device`, {skipped: why}), saying why."""
-    ok, skipped = [], {}
-    for name in names.split(","):
-        reason = kernels.unavailable_reason(name, device)
-        if reason is None:
-            ok.append(name)
-        else:
-            skipped[name] = reason
-            print(f"skipping backend {name}: {reason}", flush=True)
-    return ok, skipped
