@@ -88,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=60, help="steps of the steady run")
     ap.add_argument("--timeout", type=float, default=600, help="seconds each train.py run may take")
     ap.add_argument("--out", default="results/first_step.json")
+    ap.add_argument(
+        "--work", type=Path, help="keep each variant's runs, logs and caches in WORK/<variant> (default: removed)"
+    )
     args = ap.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     variants = args.variants.split(",")
     if any(v.count(":") != 1 for v in variants):
@@ -96,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--steps must be at least 1, got {args.steps}")
     records = []
     for variant in variants:
+        if args.work is not None:
+            work = args.work / variant.replace(":", "-")
+            work.mkdir(parents=True, exist_ok=True)
+            records.append(measure(variant, args.config, args.steps, extra, work, args.timeout))
+            continue
         with tempfile.TemporaryDirectory(prefix="first_step-") as work:
             records.append(measure(variant, args.config, args.steps, extra, Path(work), args.timeout))
     settings = {"config": args.config, "steps": args.steps, "train_args": extra}

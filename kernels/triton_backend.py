@@ -6,18 +6,60 @@ bodies become an op by the helper the cutile backend's use (kernels.op): the cus
 and ssd_bwd while torch.compile traces (a compiled model keeps one graph), an autograd.Function otherwise, so
 eager comparisons of the two backends pay the same wrapping.
 
+mamba_ssm autotunes its kernels on first use; where kernels/triton_tuned.json holds this GPU's choices
+(kernels.triton_choices), the first call compiles those and times nothing.
+
 Optional: importing this module fails where mamba_ssm is not installed, and `kernels.ssd` then says so.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 
+import mamba_ssm
 import torch
+import triton
+from mamba_ssm.ops.triton import ssd_bmm, ssd_chunk_scan, ssd_chunk_state, ssd_combined, ssd_state_passing
 from mamba_ssm.ops.triton.ssd_combined import _mamba_chunk_scan_combined_bwd, _mamba_chunk_scan_combined_fwd
 from torch import Tensor
+from triton.runtime.autotuner import Autotuner
 
+from kernels import triton_choices
 from kernels.op import differentiable_op, ssd_forward_fake
+
+log = logging.getLogger("kernels")
+
+
+def autotuners() -> dict[str, Autotuner]:
+    """mamba_ssm's autotuned SSD kernels by "module.kernel" (unwrapping decorators stacked above the autotuner)."""
+    found = {}
+    for module in (ssd_bmm, ssd_chunk_scan, ssd_chunk_state, ssd_combined, ssd_state_passing):
+        for name, obj in vars(module).items():
+            while obj is not None and not isinstance(obj, Autotuner) and hasattr(obj, "fn"):
+                obj = obj.fn
+            if isinstance(obj, Autotuner):
+                found[f"{module.__name__.rsplit('.', 1)[-1]}.{name}"] = obj
+    return found
+
+
+def versions() -> dict[str, str]:
+    """What a recorded choice depends on besides the GPU: the kernels' source and the compiler."""
+    return {"mamba_ssm": mamba_ssm.__version__, "triton": triton.__version__}
+
+
+@functools.cache
+def use_shipped_choices(device_index: int) -> int:
+    """Seed the autotuners with the shipped table's choices for this GPU, once per process and device.
+
+    Returns:
+        the number of choices seeded (0 where the table has none for this GPU and these versions).
+    """
+    gpu = torch.cuda.get_device_name(device_index)
+    count = triton_choices.seed(autotuners(), triton_choices.read(triton_choices.SHIPPED, gpu, versions()))
+    log.info("triton backend: %d shipped autotune choices for %s", count, gpu)
+    return count
 
 
 def _on_device(x: Tensor):
@@ -38,6 +80,7 @@ def triton_forward(
     initial_states: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """y (b, l, h, p) in x's dtype and final_state (b, h, p, n) float32 from mamba_ssm's Triton kernels."""
+    use_shipped_choices(x.device.index if x.device.index is not None else torch.cuda.current_device())
     with _on_device(x):
         y, _, _, _, _, final_state = _mamba_chunk_scan_combined_fwd(
             x, dt, A, B, C, chunk_size, D=D, dt_bias=dt_bias, initial_states=initial_states, dt_softplus=dt_softplus
