@@ -26,6 +26,7 @@ import json
 from pathlib import Path
 
 from bench.report.amdahl import reconcile, reconcile_section
+from bench.report.first_step import FIRST_STEP_DEFAULT, first_step_section
 from bench.report.format import ordered, runs_text
 from bench.report.headline import headline, inject_headline
 from bench.report.kernels import kernel_figures, kernel_section, shape_key, sweep_section
@@ -66,6 +67,9 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--sweep", default=None, help="series NAME of bench_kernels over the shape sweep (--shapes sweep)")
     ap.add_argument("--baseline", default="triton", help="the backend every ratio is taken over")
+    ap.add_argument(
+        "--first_step", default=FIRST_STEP_DEFAULT, help="bench/first_step.py's JSON NAME.json (rendered when present)"
+    )
     return ap
 
 
@@ -96,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.results / "reconciliation.json").write_text(json.dumps(rec, separators=(",", ":")) + "\n")
 
     out = args.out / "BENCHMARKS.md"
+    first = args.results / f"{args.first_step}.json"
     sources = ", ".join(f"{relative(r['file'], args.out)}" for r in [*krun, *swrun, *srun, *scrun])
     docs = args.out / "docs" / "README.md"  # docs/ beside BENCHMARKS.md: what the figures were taken to mean
     head = headline(kpool, spool, krun, sseries, base, gpu, scpool, scrun)
@@ -121,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         reconcile_section(rec, base, kpool),
         *(["", scaling_section(scrun, scpool)] if scrun else []),
+        *(["", first_step_section(json.loads(first.read_text()), first)] if first.is_file() else []),
     ]
     out.write_text("\n".join(parts) + "\n")
     written = [out, *pngs, args.results / "reconciliation.json"]
