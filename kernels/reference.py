@@ -18,9 +18,20 @@ The chunked form computes the same thing in three stages, named as the cuTile ke
 
 All arithmetic is float32 (or float64 when the inputs are float64); `ssd_chunked` returns y in x's dtype.
 Tokens past l (padding up to a whole chunk) get dt = 0: no decay, no contribution, outputs discarded.
+
+Document boundaries (mamba_ssm's `seq_idx`): seq_idx (b, l) int, non-decreasing along each row, packs
+several documents into a row. The recurrence becomes h_t = [seq_idx_t == seq_idx_{t-1}] exp(dt_t A) h_{t-1}
++ dt_t x_t B_tᵀ with seq_idx_{-1} = 0: no state crosses a boundary, and the initial state belongs to
+document 0 only. In the chunked form (dA_cumsum is not reset) an intra-chunk pair counts only inside one
+document; a chunk adds to the state only the tokens of its last token's document; the state entering a
+chunk survives the chunk only if the chunk ends in the previous chunk's last document, and reaches only that
+document's tokens (`document_masks`). Padding repeats each row's last seq_idx. seq_idx None is one document
+per row, computed exactly as without boundaries.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -80,15 +91,76 @@ def chunk_cumsum(
     return dt_out, dA_cumsum
 
 
-def _decay(dA_cumsum: Tensor) -> Tensor:
-    """(..., Q) -> (..., Q, Q) with [t, s] = exp(Λ_t − Λ_s) for s <= t, 0 above the diagonal.
+def chunk_seq_idx(seq_idx: Tensor, chunk_size: int) -> tuple[Tensor, Tensor, Tensor]:
+    """seq_idx by chunk: per token, at each chunk's last token, and at the previous chunk's last token.
+
+    Args:
+        seq_idx: (b, l) int, non-decreasing along each row.
+    Returns:
+        tokens: (b, c, Q) padded to whole chunks by repeating each row's last value.
+        last: (b, c) at each chunk's last token (the last real token l − 1 for a short last chunk).
+        prev: (b, c) at the previous chunk's last token; 0 for chunk 0 (the initial state's document).
+    """
+    b, l = seq_idx.shape
+    c = -(-l // chunk_size)
+    padded = torch.cat([seq_idx, seq_idx[:, -1:].expand(b, c * chunk_size - l)], dim=1)
+    tokens = padded.reshape(b, c, chunk_size)
+    last = tokens[..., -1]
+    prev = F.pad(last[:, :-1], (1, 0))
+    return tokens, last, prev
+
+
+class DocumentMasks(NamedTuple):
+    """Where a term of the chunked SSD counts (True) under document boundaries, laid out as dA_cumsum
+    (b, h, c, Q) with the head axis broadcast (size 1).
+
+    same: (b, 1, c, Q, Q), [t, s]: tokens t and s belong to one document (intra-chunk pairs).
+    to_last: (b, 1, c, Q), token s belongs to its chunk's last document (it adds to the chunk's state).
+    from_prev: (b, 1, c, Q), token t belongs to the previous chunk's last document (it reads the state
+        entering its chunk).
+    carried: (b, 1, c), the chunk ends in the previous chunk's last document (the state entering the chunk
+        survives into the state leaving it).
+    """
+
+    same: Tensor
+    to_last: Tensor
+    from_prev: Tensor
+    carried: Tensor
+
+
+def document_masks(seq_idx: Tensor | None, chunk_size: int) -> DocumentMasks | None:
+    """The masks of `DocumentMasks` for seq_idx (b, l); None when seq_idx is None (no boundaries)."""
+    if seq_idx is None:
+        return None
+    tokens, last, prev = chunk_seq_idx(seq_idx, chunk_size)
+    return DocumentMasks(
+        same=(tokens[..., :, None] == tokens[..., None, :])[:, None],
+        to_last=(tokens == last[..., None])[:, None],
+        from_prev=(tokens == prev[..., None])[:, None],
+        carried=(last == prev)[:, None],
+    )
+
+
+def _masked_exp(log: Tensor, keep: Tensor | None) -> Tensor:
+    """exp(log) where keep (broadcast to log), 0 elsewhere, masked before the exponential; exp(log) when
+    keep is None."""
+    if keep is None:
+        return torch.exp(log)
+    return torch.exp(log.masked_fill(~keep, float("-inf")))
+
+
+def _decay(dA_cumsum: Tensor, same: Tensor | None = None) -> Tensor:
+    """(..., Q) -> (..., Q, Q) with [t, s] = exp(Λ_t − Λ_s) for s <= t, 0 above the diagonal, and 0 where
+    `same` (broadcast to (..., Q, Q)) is False.
 
     Masked before the exponential: above the diagonal Λ_t − Λ_s > 0 could overflow.
     """
     Q = dA_cumsum.shape[-1]
-    causal = torch.ones(Q, Q, dtype=torch.bool, device=dA_cumsum.device).tril()
+    keep = torch.ones(Q, Q, dtype=torch.bool, device=dA_cumsum.device).tril()
+    if same is not None:
+        keep = keep & same
     diff = dA_cumsum[..., :, None] - dA_cumsum[..., None, :]
-    return torch.exp(diff.masked_fill(~causal, float("-inf")))
+    return torch.exp(diff.masked_fill(~keep, float("-inf")))
 
 
 def _segsum(a: Tensor) -> Tensor:
@@ -109,6 +181,7 @@ def fwd_pass_state(
     dt_out: Tensor,
     dA_cumsum: Tensor,
     initial_states: Tensor | None = None,
+    seq_idx: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Stage 2: the state entering every chunk, and the final state.
 
@@ -116,11 +189,13 @@ def fwd_pass_state(
     It is evaluated here in closed form, S_k = sum_{j<k} exp(G_end,j+1 + ... + G_end,k-1) added_j
     + exp(G_end,0 + ... + G_end,k-1) S_0, as one product with a (c+1) x (c+1) decay matrix, which
     autograd differentiates in a few large kernels instead of 2c small ones (the cuTile kernel
-    walks the chunks in order instead).
+    walks the chunks in order instead). With seq_idx, added_k counts only the tokens of chunk k's last
+    document, and G_end,k is −inf (the state is cut) where chunk k does not end in chunk k−1's last document.
 
     Args:
         x: (b, l, h, p).  B: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) from `chunk_cumsum`.
         initial_states: (b, h, p, n) state before the first token, zeros when None.
+        seq_idx: (b, l) int document ids, non-decreasing along each row, or None.
     Returns:
         chunk_states: (b, c, h, p, n) the state before each chunk's first token.
         final_state: (b, h, p, n) the state after the last token.
@@ -130,15 +205,20 @@ def fwd_pass_state(
     g, n = B.shape[-2:]
     r = h // g
     dtype = dt_out.dtype
+    docs = document_masks(seq_idx, Q)
     xc = _pad_tokens(x.to(dtype), c * Q).reshape(b, c, Q, g, r, p)
     Bc = _pad_tokens(B.to(dtype), c * Q).reshape(b, c, Q, g, n)
     # What each chunk's tokens add to the state by the chunk's end: sum_s exp(G_end - G_s) dt_s x_s B_sᵀ.
-    weight = (torch.exp(dA_cumsum[..., -1:] - dA_cumsum) * dt_out).reshape(b, g, r, c, Q)
+    to_end = _masked_exp(dA_cumsum[..., -1:] - dA_cumsum, None if docs is None else docs.to_last)
+    weight = (to_end * dt_out).reshape(b, g, r, c, Q)
     added = torch.einsum("bgrcs,bcsgrp,bcsgn->bcgrpn", weight, xc, Bc).reshape(b, c, h, p, n)
     if initial_states is None:
         initial_states = x.new_zeros((b, h, p, n), dtype=dtype)
     states = torch.cat([initial_states.to(dtype)[:, None], added], dim=1)  # (b, c + 1, h, p, n)
     chunk_log_decay = F.pad(dA_cumsum[..., -1], (1, 0))  # (b, h, c + 1), a leading 0 for S_0
+    if docs is not None:
+        cut = F.pad(~docs.carried, (1, 0))  # (b, 1, c + 1), aligned with chunk_log_decay
+        chunk_log_decay = chunk_log_decay.masked_fill(cut, float("-inf"))
     decay = torch.exp(_segsum(chunk_log_decay))  # (b, h, c + 1, c + 1)
     passed = torch.einsum("bhkj,bjhpn->bkhpn", decay, states)
     return passed[:, :c], passed[:, c]
@@ -152,14 +232,19 @@ def compute_out(
     dA_cumsum: Tensor,
     chunk_states: Tensor,
     D: Tensor | None = None,
+    seq_idx: Tensor | None = None,
 ) -> Tensor:
     """Stage 3: every token's output.
 
     y_t = sum_{s <= t in t's chunk} (C_t · B_s) exp(G_t - G_s) dt_s x_s  +  exp(G_t) C_t · S_chunk  +  D x_t
 
+    With seq_idx, the first sum runs over s of t's document, and the second term is kept only if t belongs
+    to the previous chunk's last document.
+
     Args:
         x: (b, l, h, p).  B, C: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q).
         chunk_states: (b, c, h, p, n) from `fwd_pass_state`.  D: (h,) or None.
+        seq_idx: (b, l) int document ids, non-decreasing along each row, or None.
     Returns:
         y: (b, l, h, p) in the compute dtype (float32/64).
     """
@@ -172,13 +257,15 @@ def compute_out(
     Cc = _pad_tokens(C.to(dtype), c * Q).reshape(b, c, Q, g, n)
     Bc = _pad_tokens(B.to(dtype), c * Q).reshape(b, c, Q, g, n)
     G = dA_cumsum.reshape(b, g, r, c, Q)
+    docs = document_masks(seq_idx, Q)
+    same, from_prev = (None, None) if docs is None else (docs.same[:, None], docs.from_prev[:, None])
     # Intra-chunk: C·Bᵀ per group (shared by its heads), the pairwise decay and the causal mask per head.
     CB = torch.einsum("bctgn,bcsgn->bgcts", Cc, Bc)[:, :, None]  # (b, g, 1, c, t, s)
-    scores = CB * _decay(G) * dt_out.reshape(b, g, r, c, 1, Q)
+    scores = CB * _decay(G, same) * dt_out.reshape(b, g, r, c, 1, Q)
     y = torch.einsum("bgrcts,bcsgrp->bctgrp", scores, xc)
     # Inter-chunk: the state entering the chunk, decayed to token t and read by C_t.
     states = chunk_states.reshape(b, c, g, r, p, n)
-    y = y + torch.einsum("bctgn,bcgrpn,bgrct->bctgrp", Cc, states, torch.exp(G))
+    y = y + torch.einsum("bctgn,bcgrpn,bgrct->bctgrp", Cc, states, _masked_exp(G, from_prev))
     y = y.reshape(b, c * Q, h, p)[:, :l]
     if D is not None:
         y = y + D.to(dtype)[None, None, :, None] * x.to(dtype)
@@ -196,15 +283,19 @@ def ssd_chunked(
     dt_bias: Tensor | None = None,
     dt_softplus: bool = False,
     initial_states: Tensor | None = None,
+    seq_idx: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """The three stages composed. Differentiable by autograd in every input.
+    """The three stages composed. Differentiable by autograd in every input (seq_idx is not differentiable).
 
+    Args:
+        seq_idx: (b, l) int document ids, non-decreasing along each row, or None (one document per row).
     Returns:
-        y: (b, l, h, p) in x's dtype.  final_state: (b, h, p, n) in float32 (float64 for float64 x).
+        y: (b, l, h, p) in x's dtype.  final_state: (b, h, p, n) in float32 (float64 for float64 x), the state
+        after the last token (of the row's last document).
     """
     dt_out, dA_cumsum = chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
-    chunk_states, final_state = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
-    y = compute_out(x, B, C, dt_out, dA_cumsum, chunk_states, D)
+    chunk_states, final_state = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states, seq_idx)
+    y = compute_out(x, B, C, dt_out, dA_cumsum, chunk_states, D, seq_idx)
     return y.to(x.dtype), final_state
 
 
@@ -247,8 +338,12 @@ def ssd_recurrent(
     dt_bias: Tensor | None = None,
     dt_softplus: bool = False,
     initial_states: Tensor | None = None,
+    seq_idx: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The oracle: the recurrence one token at a time, in float64.
+
+    With seq_idx (b, l) the state is reset to zero before every token whose seq_idx differs from the previous
+    token's (seq_idx_{-1} = 0, so the initial state reaches document 0 only).
 
     Returns:
         y: (b, l, h, p) float64.  final_state: (b, h, p, n) float64.
@@ -262,8 +357,13 @@ def ssd_recurrent(
     else:
         state = initial_states.to(f64)
     A, Dd = A.to(f64), None if D is None else D.to(f64)
+    if seq_idx is not None:
+        previous = F.pad(seq_idx[:, :-1], (1, 0))
+        kept = (seq_idx == previous).to(f64)[..., None, None, None]  # (b, l, 1, 1, 1)
     ys = []
     for t in range(l):
+        if seq_idx is not None:
+            state = state * kept[:, t]
         y, state = ssd_step(state, x[:, t].to(f64), dt[:, t], A, B[:, t].to(f64), C[:, t].to(f64), Dd)
         ys.append(y)
     return torch.stack(ys, dim=1), state

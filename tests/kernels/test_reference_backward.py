@@ -1,6 +1,7 @@
 """The closed-form backward passes (kernels.reference_backward) against autograd through the reference SSD,
 in float64, on the shapes and flags where the backward has traps: short last chunk, groups, one token,
-strong decay, no optional inputs, no final-state gradient."""
+strong decay, no optional inputs, no final-state gradient; then on the same shapes with document boundaries
+(seq_idx) on chunk edges, inside chunks and around one-token documents."""
 
 from __future__ import annotations
 
@@ -29,18 +30,31 @@ CASES = [  # (b, l, h, g, p, n, chunk), flags
 ]
 
 
-def autograd_grads(t: dict, dy, dfinal, chunk: int, softplus: bool) -> dict:
+def autograd_grads(t: dict, dy, dfinal, chunk: int, softplus: bool, seq_idx=None) -> dict:
     leaves = {k: None if v is None else v.clone().requires_grad_(True) for k, v in t.items()}
     y, final = reference.ssd_chunked(*(leaves[k] for k in NAMES[:5]), chunk, leaves["D"], leaves["dt_bias"],
-                                     softplus, leaves["initial_states"])  # fmt: skip
+                                     softplus, leaves["initial_states"], seq_idx)  # fmt: skip
     loss = (y * dy).sum() + ((final * dfinal).sum() if dfinal is not None else 0.0)
     present = [k for k in NAMES if leaves[k] is not None]
-    return dict(zip(present, torch.autograd.grad(loss, [leaves[k] for k in present])))
+    grads = torch.autograd.grad(loss, [leaves[k] for k in present], allow_unused=True)
+    return {k: torch.zeros_like(t[k]) if grad is None else grad for k, grad in zip(present, grads)}
+
+
+def documents(b: int, l: int, chunk: int, seed: int) -> torch.Tensor:
+    """(b, l) int32 seq_idx: boundaries at random tokens, a one-token document at token 3, row 0 also cut at every
+    chunk edge; rows after the first start at document 1 (they ignore the initial state)."""
+    starts = torch.rand(b, l, generator=torch.Generator().manual_seed(seed)) < 0.04
+    starts[0, chunk::chunk] = True
+    starts[:, 3:5] = True
+    starts[:, 0] = False
+    return (starts.cumsum(1) + (torch.arange(b) > 0)[:, None]).to(torch.int32)
 
 
 @pytest.mark.parametrize("shape,flags", CASES)
-def test_passes_equal_autograd(shape, flags):
+@pytest.mark.parametrize("with_documents", [False, True])
+def test_passes_equal_autograd(shape, flags, with_documents):
     b, l, h, g, p, n, chunk = shape
+    seq_idx = documents(b, l, chunk, seed=l + chunk) if with_documents else None
     softplus = flags.get("softplus", True)
     t = random_inputs(b, l, h, p, g, n, F64, seed=l + h + g, D=flags.get("D", True),
                       dt_bias=flags.get("dt_bias", True), init=flags.get("init", True))  # fmt: skip
@@ -50,9 +64,9 @@ def test_passes_equal_autograd(shape, flags):
     gen = torch.Generator().manual_seed(l)
     dy = torch.randn(b, l, h, p, generator=gen, dtype=F64)
     dfinal = torch.randn(b, h, p, n, generator=gen, dtype=F64) if flags.get("dfinal", True) else None
-    expected = autograd_grads(t, dy, dfinal, chunk, softplus)
+    expected = autograd_grads(t, dy, dfinal, chunk, softplus, seq_idx)
     got = ref_bwd.ssd_backward(dy, dfinal, *(t[k] for k in NAMES[:5]), chunk, t["D"], t["dt_bias"], softplus,
-                               t["initial_states"])  # fmt: skip
+                               t["initial_states"], seq_idx)  # fmt: skip
     for name, g_got in zip(NAMES, ref_bwd.by_input(got, t["D"], t["dt_bias"])):
         if t[name] is None:
             assert g_got is None, name
