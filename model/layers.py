@@ -70,17 +70,26 @@ def split_linear(u: Tensor, weight: Tensor, sizes: list[int]) -> tuple[Tensor, .
     return _SplitLinear.apply(u, weight, sizes, compute_dtype(u))
 
 
-def causal_conv1d_silu(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+def causal_conv1d_silu(x: Tensor, weight: Tensor, bias: Tensor | None, seq_idx: Tensor | None = None) -> Tensor:
     """SiLU(causal depthwise conv1d(x)). x (b, l, c), weight (c, k), bias (c,) -> (b, l, c) in x's dtype.
 
     y[:, t] = bias + Σ_j weight[:, j] · x[:, t - (k - 1) + j]      (x[:, s] = 0 for s < 0)
+
+    seq_idx: (b, l) integer document ids, non-decreasing along each row, or None. With them the tap reading token s
+    for output t counts only if seq_idx[:, s] == seq_idx[:, t]: no output sees a token of another document
+    (causal_conv1d's semantics); one mask per shift, no host sync.
     """
     l, k = x.shape[1], weight.shape[-1]
     padded = F.pad(x, (0, 0, k - 1, 0))  # k - 1 zero tokens in front
+    taps = [padded[:, j : j + l] for j in range(k)]  # tap j: token t - (k - 1) + j for output t
+    if seq_idx is not None:  # zero where the token lies in another document (the last tap reads t itself)
+        ids = F.pad(seq_idx, (k - 1, 0))  # the front's ids never matter: its x is zero
+        same = [(ids[:, j : j + l] == seq_idx).unsqueeze(-1) for j in range(k - 1)]
+        taps = [torch.where(m, tap, 0) for m, tap in zip(same, taps)] + taps[-1:]
     w = weight.to(accumulate_dtype(x))
-    y = padded[:, 0:l] * w[:, 0]
+    y = taps[0] * w[:, 0]
     for j in range(1, k):
-        y = y + padded[:, j : j + l] * w[:, j]
+        y = y + taps[j] * w[:, j]
     if bias is not None:
         y = y + bias.to(y.dtype)
     return F.silu(y).to(x.dtype)

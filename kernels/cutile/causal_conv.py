@@ -8,6 +8,11 @@ x (b, l, c), weight w (c, k), bias (c,), and v the pre-activation:
     dx[s] = Σ_j w[:, j] · gv[s + (k - 1) - j]   (gv[t] = 0 for t ≥ l)
     dw[:, j] = Σ_{b, t} gv[t] · x[t - (k - 1) + j],   dbias = Σ_{b, t} gv[t]
 
+With document ids seq_idx (b, l) int32 (mamba_ssm's, non-decreasing along a row), a tap reading token s for output t
+counts only if seq_idx[s] == seq_idx[t]: in v, in dw's sums, and in dx[s], which sums only the outputs t of s's
+document. The kernels take seq_idx under a constant (HAS_SEQ_IDX): without it they compile as they did, the seq_idx
+operand being the weight again, never read.
+
 A program owns TILE_T tokens x TILE_C channels of one sequence. The shifted rows are gathers (rows before the
 sequence start or past its end read as zero), served from L1/L2 after the first: each element of x is read from HBM
 about once. The backward takes two kernels: the first recomputes v (the forward writes only y) once, writes gv in
@@ -46,9 +51,21 @@ def _rows(t0, TILE_T: ConstInt, c0, TILE_C: ConstInt):
     return t, ch
 
 
-def _shifted(x, bi, t, ch, K: ConstInt, j: ConstInt):
-    """Tap j's rows x[t - (K - 1) + j] at tokens t (TILE_T, 1), channels ch (1, TILE_C), in fp32."""
-    return ct.gather(x, (bi, t - (K - 1) + j, ch)).astype(ct.float32)
+def _document(seq_idx, bi, t, HAS_SEQ_IDX: ConstBool):
+    """The document ids seq_idx[t] of tokens t (TILE_T, 1) (zero past the sequence end); without HAS_SEQ_IDX t
+    itself, never read."""
+    return ct.gather(seq_idx, (bi, t)) if HAS_SEQ_IDX else t
+
+
+def _shifted(x, seq_idx, bi, t, doc, ch, K: ConstInt, j: ConstInt, HAS_SEQ_IDX: ConstBool):
+    """Tap j's rows x[s], s = t - (K - 1) + j, at tokens t (TILE_T, 1), channels ch (1, TILE_C), in fp32; with
+    HAS_SEQ_IDX zero where seq_idx[s] differs from doc, the ids of the tokens t."""
+    s = t - (K - 1) + j
+    if HAS_SEQ_IDX:
+        rows = ct.gather(x, (bi, s, ch), mask=ct.gather(seq_idx, (bi, s)) == doc)
+    else:
+        rows = ct.gather(x, (bi, s, ch))
+    return rows.astype(ct.float32)
 
 
 def _own(x, bi, ti, cj, TILE_T: ConstInt, TILE_C: ConstInt):
@@ -58,20 +75,50 @@ def _own(x, bi, ti, cj, TILE_T: ConstInt, TILE_C: ConstInt):
     return tile.reshape((TILE_T, TILE_C)).astype(ct.float32)
 
 
-def _tap(x, bi, ti, cj, t, ch, K: ConstInt, j: ConstInt, TILE_T: ConstInt, TILE_C: ConstInt):
-    """Tap j's rows x[t - (K - 1) + j] of tile (bi, ti, cj): the unshifted tap (j = K - 1) by a tile load, the
-    others by gathers."""
-    return _own(x, bi, ti, cj, TILE_T, TILE_C) if j == K - 1 else _shifted(x, bi, t, ch, K, j)
+def _tap(
+    x,
+    seq_idx,
+    bi,
+    ti,
+    cj,
+    t,
+    doc,
+    ch,
+    K: ConstInt,
+    j: ConstInt,
+    TILE_T: ConstInt,
+    TILE_C: ConstInt,
+    HAS_SEQ_IDX: ConstBool,
+):
+    """Tap j's rows x[t - (K - 1) + j] of tile (bi, ti, cj) (zero across documents, as `_shifted`): the unshifted
+    tap (j = K - 1, always t's own document) by a tile load, the others by gathers."""
+    if j == K - 1:
+        return _own(x, bi, ti, cj, TILE_T, TILE_C)
+    return _shifted(x, seq_idx, bi, t, doc, ch, K, j, HAS_SEQ_IDX)
 
 
-def _preactivation(x, weight, bias, bi, t, ch, K: ConstInt, TILE_T: ConstInt, TILE_C: ConstInt, HAS_BIAS: ConstBool):
+def _preactivation(
+    x,
+    weight,
+    bias,
+    seq_idx,
+    bi,
+    t,
+    ch,
+    K: ConstInt,
+    TILE_T: ConstInt,
+    TILE_C: ConstInt,
+    HAS_BIAS: ConstBool,
+    HAS_SEQ_IDX: ConstBool,
+):
     """v at tokens t (TILE_T, 1) and channels ch (1, TILE_C): fp32 (TILE_T, TILE_C)."""
     v = ct.zeros((TILE_T, TILE_C), dtype=ct.float32)
     if HAS_BIAS:
         v = v + ct.gather(bias, ch).astype(ct.float32)
+    doc = _document(seq_idx, bi, t, HAS_SEQ_IDX)
     for j in range(K):
         w = ct.gather(weight, (ch, j)).astype(ct.float32)
-        v = v + w * _shifted(x, bi, t, ch, K, j)
+        v = v + w * _shifted(x, seq_idx, bi, t, doc, ch, K, j, HAS_SEQ_IDX)
     return v
 
 
@@ -80,6 +127,7 @@ def conv_fwd_kernel(
     x,  # (b, l, c) bf16/fp16/fp32, last stride 1
     weight,  # (c, K) float32
     bias,  # (c,) float32 (ignored unless HAS_BIAS)
+    seq_idx,  # (b, l) int32 document ids (ignored unless HAS_SEQ_IDX)
     y0,  # (b, l, c0) x's dtype: the output of the first channel part, columns [0, c0)
     y1,  # (b, l, c1): the second part's, columns [c0, c0 + c1) (y0 again where there is no second part)
     y2,  # (b, l, c2): the third part's, the columns after (y0 again where there is none)
@@ -89,12 +137,13 @@ def conv_fwd_kernel(
     TILE_T: ConstInt,
     TILE_C: ConstInt,
     HAS_BIAS: ConstBool,
+    HAS_SEQ_IDX: ConstBool,
 ):
     bi = ct.bid(0)
     ti = ct.bid(1)
     cj = ct.bid(2)
     t, ch = _rows(ti * TILE_T, TILE_T, cj * TILE_C, TILE_C)
-    v = _preactivation(x, weight, bias, bi, t, ch, K, TILE_T, TILE_C, HAS_BIAS)
+    v = _preactivation(x, weight, bias, seq_idx, bi, t, ch, K, TILE_T, TILE_C, HAS_BIAS, HAS_SEQ_IDX)
     out = (v / (1.0 + ct.exp(-v))).astype(y0.dtype).reshape((1, TILE_T, TILE_C))
     # the program's part (a program-uniform branch): its output at the part's own column block
     if cj < end0:
@@ -107,6 +156,7 @@ def conv_fwd_kernel(
 
 def _gv_segment(
     x,
+    seq_idx,
     dy,
     gv,
     dparams_part,
@@ -122,10 +172,12 @@ def _gv_segment(
     TILE_T: ConstInt,
     TILE_C: ConstInt,
     HAS_BIAS: ConstBool,
+    HAS_SEQ_IDX: ConstBool,
 ):
     """The gv kernel's work on segment si, column block cj (channels ch; dy read at its part's column block `lj`): n
     token tiles' gv stored, and the segment's partial sums of dw's taps and dbias. ws: the taps' weight rows and the
-    bias row (1, TILE_C). The unshifted tap and dy are tile loads, the shifted taps gathers."""
+    bias row (1, TILE_C). The unshifted tap and dy are tile loads, the shifted taps gathers (zero across documents
+    with HAS_SEQ_IDX: v's taps and dw's sums alike)."""
     w0, w1, w2, w3, b0 = ws
     acc0 = ct.zeros((TILE_T, TILE_C), dtype=ct.float32)  # Σ over the segment of gv[t] x[t - (K - 1) + j], j = 0..3
     acc1 = ct.zeros((TILE_T, TILE_C), dtype=ct.float32)
@@ -135,10 +187,12 @@ def _gv_segment(
     for s in range(n):
         ti = si * steps + s
         t = ti * TILE_T + ct.arange(TILE_T, dtype=ct.int32).reshape((TILE_T, 1))
-        x0 = _tap(x, bi, ti, cj, t, ch, K, 0, TILE_T, TILE_C)  # tap K - 1 (x3 at K = 4) is the tile load
-        x1 = _tap(x, bi, ti, cj, t, ch, K, 1, TILE_T, TILE_C)
-        x2 = _tap(x, bi, ti, cj, t, ch, K, 2, TILE_T, TILE_C)
-        x3 = _tap(x, bi, ti, cj, t, ch, K, 3, TILE_T, TILE_C)
+        doc = _document(seq_idx, bi, t, HAS_SEQ_IDX)
+        # tap K - 1 (x3 at K = 4) is the tile load
+        x0 = _tap(x, seq_idx, bi, ti, cj, t, doc, ch, K, 0, TILE_T, TILE_C, HAS_SEQ_IDX)
+        x1 = _tap(x, seq_idx, bi, ti, cj, t, doc, ch, K, 1, TILE_T, TILE_C, HAS_SEQ_IDX)
+        x2 = _tap(x, seq_idx, bi, ti, cj, t, doc, ch, K, 2, TILE_T, TILE_C, HAS_SEQ_IDX)
+        x3 = _tap(x, seq_idx, bi, ti, cj, t, doc, ch, K, 3, TILE_T, TILE_C, HAS_SEQ_IDX)
         v = b0 + w0 * x0 + w1 * x1 + w2 * x2 + w3 * x3
         sg = 1.0 / (1.0 + ct.exp(-v))
         g = _own(dy, bi, ti, lj, TILE_T, TILE_C) * sg * (1.0 + v * (1.0 - sg))  # zero past the end
@@ -162,6 +216,7 @@ def conv_bwd_gv_kernel(
     x,  # (b, l, c), last stride 1
     weight,  # (c, K) float32
     bias,  # (c,) float32 (ignored unless HAS_BIAS)
+    seq_idx,  # (b, l) int32 document ids (ignored unless HAS_SEQ_IDX)
     dy0,  # (b, l, c0) last stride 1: the gradient of the first channel part, columns [0, c0)
     dy1,  # (b, l, c1): the second part's, columns [c0, c0 + c1) (dy0 again where there is no second part)
     dy2,  # (b, l, c2): the third part's, the columns after (dy0 again where there is none)
@@ -175,6 +230,7 @@ def conv_bwd_gv_kernel(
     TILE_T: ConstInt,
     TILE_C: ConstInt,
     HAS_BIAS: ConstBool,
+    HAS_SEQ_IDX: ConstBool,
 ):
     bi = ct.bid(0)
     si = ct.bid(1)
@@ -191,30 +247,96 @@ def conv_bwd_gv_kernel(
     # three parts' addresses live and spills at the default tile): dy at the part's own column block
     n = min(steps, ct.cdiv(x.shape[1], TILE_T) - si * steps)  # token tiles in the segment
     if cj < end0:
-        _gv_segment(x, dy0, gv, dparams_part, ws, bi, si, cj, ch, cj, steps, n, K, TILE_T, TILE_C, HAS_BIAS)
+        _gv_segment(
+            x,
+            seq_idx,
+            dy0,
+            gv,
+            dparams_part,
+            ws,
+            bi,
+            si,
+            cj,
+            ch,
+            cj,
+            steps,
+            n,
+            K,
+            TILE_T,
+            TILE_C,
+            HAS_BIAS,
+            HAS_SEQ_IDX,
+        )
     elif cj < end1:
-        _gv_segment(x, dy1, gv, dparams_part, ws, bi, si, cj, ch, cj - end0, steps, n, K, TILE_T, TILE_C, HAS_BIAS)
+        _gv_segment(
+            x,
+            seq_idx,
+            dy1,
+            gv,
+            dparams_part,
+            ws,
+            bi,
+            si,
+            cj,
+            ch,
+            cj - end0,
+            steps,
+            n,
+            K,
+            TILE_T,
+            TILE_C,
+            HAS_BIAS,
+            HAS_SEQ_IDX,
+        )
     else:
-        _gv_segment(x, dy2, gv, dparams_part, ws, bi, si, cj, ch, cj - end1, steps, n, K, TILE_T, TILE_C, HAS_BIAS)
+        _gv_segment(
+            x,
+            seq_idx,
+            dy2,
+            gv,
+            dparams_part,
+            ws,
+            bi,
+            si,
+            cj,
+            ch,
+            cj - end1,
+            steps,
+            n,
+            K,
+            TILE_T,
+            TILE_C,
+            HAS_BIAS,
+            HAS_SEQ_IDX,
+        )
 
 
 @ct.kernel
 def conv_bwd_dx_kernel(
     gv,  # (b, l, c) the pre-activation's gradient (conv_bwd_gv_kernel), last stride 1
     weight,  # (c, K) float32
+    seq_idx,  # (b, l) int32 document ids (ignored unless HAS_SEQ_IDX)
     dx,  # (b, l, c)
     K: ConstInt,
     TILE_T: ConstInt,
     TILE_C: ConstInt,
+    HAS_SEQ_IDX: ConstBool,
 ):
     bi = ct.bid(0)
     ti = ct.bid(1)
     cj = ct.bid(2)
     t, ch = _rows(ti * TILE_T, TILE_T, cj * TILE_C, TILE_C)
+    doc = _document(seq_idx, bi, t, HAS_SEQ_IDX)
     acc = ct.zeros((TILE_T, TILE_C), dtype=ct.float32)
-    for m in range(K):  # dx[t] = Σ_m w[:, K - 1 - m] · gv[t + m]; gv past the sequence end reads as zero
+    # dx[t] = Σ_m w[:, K - 1 - m] · gv[t + m], over the outputs t + m of t's document (with HAS_SEQ_IDX); gv past the
+    # sequence end reads as zero
+    for m in range(K):
         w = ct.gather(weight, (ch, K - 1 - m)).astype(ct.float32)
-        acc = acc + w * ct.gather(gv, (bi, t + m, ch)).astype(ct.float32)
+        if HAS_SEQ_IDX and m > 0:
+            rows = ct.gather(gv, (bi, t + m, ch), mask=ct.gather(seq_idx, (bi, t + m)) == doc)
+        else:
+            rows = ct.gather(gv, (bi, t + m, ch))
+        acc = acc + w * rows.astype(ct.float32)
     ct.store(dx, index=(bi, ti, cj), tile=acc.astype(dx.dtype).reshape((1, TILE_T, TILE_C)))
 
 
@@ -265,24 +387,26 @@ def bwd_space() -> list[ConvConfig]:
     ]
 
 
-def _signature_arrays(stage: str, dtype: object) -> list:
-    """The array and run-time arguments of `stage`'s kernel with x in `dtype`: x, weight, bias, then y0-2, end0,
-    end1 (conv_fwd); or dy0-2, gv, dparams_part, steps, end0, end1 (conv_bwd_gv); conv_bwd_dx: gv, weight, dx."""
+def _signature_arrays(stage: str, dtype: object, seq_idx: bool) -> list:
+    """The array and run-time arguments of `stage`'s kernel with x in `dtype`: x, weight, bias, seq_idx, then y0-2,
+    end0, end1 (conv_fwd); or dy0-2, gv, dparams_part, steps, end0, end1 (conv_bwd_gv); conv_bwd_dx: gv, weight,
+    seq_idx, dx. seq_idx is int32 (b, l) where given, else the weight again (`_document_ids`)."""
     f32 = ct.float32
+    ids = array(ct.int32, 2) if seq_idx else array(f32, 2)
     if stage == "conv_bwd_dx":
-        return [array(dtype, 3), array(f32, 2), array(dtype, 3)]
+        return [array(dtype, 3), array(f32, 2), ids, array(dtype, 3)]
     if stage == "conv_fwd":
         outputs = [array(dtype, 3)] * 3 + [scalar()] * 2
     else:
         outputs = [array(dtype, 3)] * 4 + [array(f32, 4)] + [scalar()] * 3
-    return [array(dtype, 3), array(f32, 2), array(f32, 1), *outputs]
+    return [array(dtype, 3), array(f32, 2), array(f32, 1), ids, *outputs]
 
 
 def aot_signatures() -> Iterator[Specialization]:
     """The specializations CI compiles, for each of the three kernels: every dtype with the default configuration
     and a bias (first bf16), every tile of its tune space at bf16 without a bias (the forward's and the gv kernel's
-    at each of their occupancy hints), and k = 3 (the model's is 4). The dx kernel takes the forward's tiles, no
-    hint and no bias."""
+    at each of their occupancy hints), and k = 3 (the model's is 4); then each of these again with document ids
+    (labels with `,seq_idx`). The dx kernel takes the forward's tiles, no hint and no bias."""
     for stage, kernel, tiles, default, hints in (  # hints: each tile's occupancy hints
         ("conv_fwd", conv_fwd_kernel, FWD_TILES, DEFAULT_FWD, dict.fromkeys(FWD_TILES, FWD_OCCUPANCY)),
         ("conv_bwd_gv", conv_bwd_gv_kernel, BWD_TILES, DEFAULT_BWD, BWD_OCCUPANCY),
@@ -294,18 +418,22 @@ def aot_signatures() -> Iterator[Specialization]:
         cases.append(("bfloat16", 3, first, hint, True))
         if stage == "conv_bwd_dx":  # no bias: one case per dtype, tile and k
             cases = list(dict.fromkeys((name, k, tile, 1, False) for name, k, tile, _, _ in cases))
-        for name, k, (tile_t, tile_c), occupancy, bias in cases:
-            constants = [k, tile_t, tile_c] + ([] if stage == "conv_bwd_dx" else [bias])
-            label = f"{stage}[{name},K={k},T={tile_t},C={tile_c}" + (
-                "]" if stage == "conv_bwd_dx" else f",bias={bias}]"
-            )
-            yield (
-                *hinted(label, kernel, occupancy),
-                kernel_signature([*_signature_arrays(stage, DTYPES[name]), *constants]),
-            )
+        for seq_idx in (False, True):
+            for name, k, (tile_t, tile_c), occupancy, bias in cases:
+                constants = [k, tile_t, tile_c] + ([] if stage == "conv_bwd_dx" else [bias]) + [seq_idx]
+                label = f"{stage}[{name},K={k},T={tile_t},C={tile_c}" + (
+                    "" if stage == "conv_bwd_dx" else f",bias={bias}"
+                )
+                label += ",seq_idx]" if seq_idx else "]"
+                yield (
+                    *hinted(label, kernel, occupancy),
+                    kernel_signature([*_signature_arrays(stage, DTYPES[name], seq_idx), *constants]),
+                )
 
 
-def check_inputs(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+def check_inputs(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, seq_idx: torch.Tensor | None = None
+) -> None:
     """Raise ValueError for inputs the kernels cannot take."""
     if x.dim() != 3 or weight.dim() != 2 or weight.shape[0] != x.shape[-1]:
         raise ValueError(
@@ -315,31 +443,48 @@ def check_inputs(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
         raise ValueError(f"cutile conv: bias must be ({x.shape[-1]},), got {tuple(bias.shape)}")
     if weight.shape[1] > MAX_K:
         raise ValueError(f"cutile conv: kernel width {weight.shape[1]} is above the {MAX_K} its backward takes")
-    for name, t in (("x", x), ("weight", weight), ("bias", bias)):
+    if seq_idx is not None and (seq_idx.shape != x.shape[:2] or seq_idx.dtype != torch.int32):
+        raise ValueError(
+            f"cutile conv: seq_idx must be int32 {tuple(x.shape[:2])}, got {seq_idx.dtype} {tuple(seq_idx.shape)}"
+        )
+    for name, t in (("x", x), ("weight", weight), ("bias", bias), ("seq_idx", seq_idx)):
         if t is not None and not t.is_cuda:
             raise ValueError(f"cutile conv: {name} is on {t.device}; move it to a CUDA device")
     if x.dtype not in SUPPORTED_DTYPES:
         raise ValueError(f"cutile conv: x has dtype {x.dtype}; supported: bfloat16, float16, float32")
 
 
-def _operands(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
+def _operands(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, seq_idx: torch.Tensor | None):
+    """The kernels' operands: x (last stride 1), the weight and bias in fp32 (the bias slot the weight's first column
+    without one), and the document ids (`_document_ids`)."""
     x = x if x.stride(-1) == 1 else x.contiguous()
     w32 = weight.to(torch.float32).contiguous()
     b32 = w32[:, 0].contiguous() if bias is None else bias.to(torch.float32).contiguous()
-    return x, w32, b32
+    return x, w32, b32, _document_ids(seq_idx, w32)
 
 
-def _key(x: torch.Tensor, k: int) -> str:
+def _document_ids(seq_idx: torch.Tensor | None, w32: torch.Tensor) -> torch.Tensor:
+    """The kernels' seq_idx operand: the ids (b, l) int32 with last stride 1; without them the fp32 weight (c, k),
+    which a kernel built without HAS_SEQ_IDX never reads."""
+    if seq_idx is None:
+        return w32
+    return seq_idx if seq_idx.stride(-1) == 1 else seq_idx.contiguous()
+
+
+def _key(x: torch.Tensor, k: int, seq_idx: torch.Tensor | None) -> str:
+    """The tuning key of a launch on x (b, l, c) with k taps; document ids add `_seq_idx` (more gathers: another
+    best configuration, possibly)."""
     b, l, c = x.shape
-    return f"b{b}_l{l}_c{c}_k{k}_{str(x.dtype)[6:]}"
+    return f"b{b}_l{l}_c{c}_k{k}_{str(x.dtype)[6:]}" + ("" if seq_idx is None else "_seq_idx")
 
 
 MAX_PARTS = 3  # the forward's y arrays and the gv kernel's dy arrays: Mamba-2's x, B and C
 
 
-def _parts_key(x: torch.Tensor, k: int, sizes: list[int]) -> str:
+def _parts_key(x: torch.Tensor, k: int, sizes: list[int], seq_idx: torch.Tensor | None) -> str:
     """The tuning key of a launch over x's channels: several parts get their sizes appended (the space differs)."""
-    return _key(x, k) if len(sizes) == 1 else f"{_key(x, k)}_parts{'-'.join(map(str, sizes))}"
+    key = _key(x, k, seq_idx)
+    return key if len(sizes) == 1 else f"{key}_parts{'-'.join(map(str, sizes))}"
 
 
 def _whole_tiles(sizes: list[int], tile_c: int) -> bool:
@@ -368,14 +513,20 @@ def _fwd_default(sizes: list[int]) -> ConvConfig | None:
 
 
 def _conv_fwd_parts(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, sizes: list[int], default: ConvConfig
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    sizes: list[int],
+    default: ConvConfig,
+    seq_idx: torch.Tensor | None,
 ) -> list[torch.Tensor]:
     """SiLU(causal depthwise conv1d(x)) in one launch over x's channels (b, l, c), stored as one contiguous
     (b, l, size) output per part: `sizes` are consecutive channel parts adding up to c (one, or up to three, each a
     multiple of the chosen TILE_C: the kernel picks a program's output by its column block). `default`, used
-    untuned: DEFAULT_FWD for one part, `_fwd_default(sizes)` for several."""
-    check_inputs(x, weight, bias)
-    x, w32, b32 = _operands(x, weight, bias)
+    untuned: DEFAULT_FWD for one part, `_fwd_default(sizes)` for several. seq_idx: (b, l) int32 document ids, or
+    None."""
+    check_inputs(x, weight, bias, seq_idx)
+    x, w32, b32, ids = _operands(x, weight, bias, seq_idx)
     b, l, c = x.shape
     if sum(sizes) != c or not 1 <= len(sizes) <= MAX_PARTS:
         raise ValueError(f"cutile conv: the parts' widths {sizes} must be at most 3 adding up to {c}")
@@ -390,17 +541,19 @@ def _conv_fwd_parts(
         blocks = -(-c // cfg.TILE_C)
         end0, end1 = _part_starts(sizes, cfg.TILE_C, blocks, "forward")
         grid = (b, -(-l // cfg.TILE_T), blocks)
-        args = (x, w32, b32, y0, y1, y2, end0, end1, k, cfg.TILE_T, cfg.TILE_C, bias is not None)
-        return grid, with_hints(conv_fwd_kernel, cfg.occupancy), args
+        args = (x, w32, b32, ids, y0, y1, y2, end0, end1, k, cfg.TILE_T, cfg.TILE_C, bias is not None)
+        return grid, with_hints(conv_fwd_kernel, cfg.occupancy), (*args, seq_idx is not None)
 
-    launch("conv_fwd", _parts_key(x, k, sizes), default, space, spec, x.device)
+    launch("conv_fwd", _parts_key(x, k, sizes, seq_idx), default, space, spec, x.device)
     return ys
 
 
-def conv_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def conv_fwd(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, seq_idx: torch.Tensor | None = None
+) -> torch.Tensor:
     """SiLU(causal depthwise conv1d(x)). x (b, l, c) (any strides, last 1 or copied), weight (c, k), bias (c,)
-    or None -> y (b, l, c) contiguous, in x's dtype."""
-    return _conv_fwd_parts(x, weight, bias, [x.shape[-1]], DEFAULT_FWD)[0]
+    or None, seq_idx (b, l) int32 document ids or None -> y (b, l, c) contiguous, in x's dtype."""
+    return _conv_fwd_parts(x, weight, bias, [x.shape[-1]], DEFAULT_FWD, seq_idx)[0]
 
 
 def _one_launch(sizes: list[int]) -> bool:
@@ -416,14 +569,15 @@ def _conv_bwd_sums(
     bias: torch.Tensor | None,
     dx: torch.Tensor,
     dparams: torch.Tensor,
+    seq_idx: torch.Tensor | None,
 ) -> None:
     """The backward's kernels on the channels of x (b, l, c): dx into `dx` (b, l, c), and the gv programs' partials
     of dw's four taps and of dbias summed into `dparams` (4 + bias rows, c; fp32). `dys` are the gradients of
     consecutive channel parts adding up to c (one, or up to three, each a multiple of the tuned TILE_C: the gv
     kernel picks a program's part by its column block), so one gv launch, one dx launch and one sum serve them all.
-    dx and dparams may be column slices of the op's buffers."""
-    check_inputs(x, weight, bias)
-    x, w32, b32 = _operands(x, weight, bias)
+    dx and dparams may be column slices of the op's buffers. seq_idx: (b, l) int32 document ids, or None."""
+    check_inputs(x, weight, bias, seq_idx)
+    x, w32, b32, ids = _operands(x, weight, bias, seq_idx)
     dys = [dy if dy.stride(-1) == 1 else dy.contiguous() for dy in dys]
     sizes = [dy.shape[-1] for dy in dys]
     if sum(sizes) != x.shape[-1] or len(dys) > MAX_PARTS:
@@ -434,7 +588,8 @@ def _conv_bwd_sums(
     rows = dparams.shape[0]  # dw's four taps, then dbias's with a bias
     parts: dict[tuple[int, int], torch.Tensor] = {}
     dy0, dy1, dy2 = _slots(dys)
-    key = _parts_key(x, k, sizes)
+    key = _parts_key(x, k, sizes, seq_idx)
+    docs = seq_idx is not None
 
     def space_gv() -> list[ConvConfig]:  # several parts: the tiles whose column blocks never straddle two
         return [cfg for cfg in bwd_space() if _whole_tiles(sizes, cfg.TILE_C)]
@@ -448,15 +603,15 @@ def _conv_bwd_sums(
             parts[cfg.TILE_T, cfg.steps] = torch.empty((b, segments, rows, c), device=x.device, dtype=torch.float32)
         dparams_part = parts[cfg.TILE_T, cfg.steps]
         grid = (b, segments, blocks)
-        args = (x, w32, b32, dy0, dy1, dy2, gv, dparams_part, cfg.steps, end0, end1, k, cfg.TILE_T, cfg.TILE_C)
-        return grid, with_hints(conv_bwd_gv_kernel, cfg.occupancy), (*args, bias is not None)
+        args = (x, w32, b32, ids, dy0, dy1, dy2, gv, dparams_part, cfg.steps, end0, end1, k, cfg.TILE_T, cfg.TILE_C)
+        return grid, with_hints(conv_bwd_gv_kernel, cfg.occupancy), (*args, bias is not None, docs)
 
     def spec_dx(cfg: ConvConfig):
         grid = (b, -(-l // cfg.TILE_T), -(-c // cfg.TILE_C))
-        return grid, conv_bwd_dx_kernel, (gv, w32, dx, k, cfg.TILE_T, cfg.TILE_C)
+        return grid, conv_bwd_dx_kernel, (gv, w32, ids, dx, k, cfg.TILE_T, cfg.TILE_C, docs)
 
     cfg = launch("conv_bwd", key, DEFAULT_BWD, space_gv, spec_gv, x.device)
-    launch("conv_bwd_dx", _key(x, k), DEFAULT_DX, dx_space, spec_dx, x.device)
+    launch("conv_bwd_dx", _key(x, k, seq_idx), DEFAULT_DX, dx_space, spec_dx, x.device)
     # into the column slice in place: a reduction's out= takes its strides (no temporary, no copy kernel)
     torch.sum(parts[cfg.TILE_T, cfg.steps], (0, 1), out=dparams)
 
@@ -477,13 +632,17 @@ def _param_grads(
 
 
 def conv_bwd(
-    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    seq_idx: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Gradients of `conv_fwd`: dx (b, l, c) in x's dtype, dweight (c, k) and dbias (c,) (None without a bias)
     in their parameters' dtypes."""
     dx = torch.empty(x.shape, device=x.device, dtype=x.dtype)
     dparams = _dparams(x.shape[-1], bias, x.device)
-    _conv_bwd_sums([dy], x, weight, bias, dx, dparams)
+    _conv_bwd_sums([dy], x, weight, bias, dx, dparams, seq_idx)
     return dx, *_param_grads(dparams, weight, bias)
 
 
@@ -499,19 +658,22 @@ def _bounds(sizes: list[int]) -> list[tuple[int, int]]:
     "mamba2_cutile::conv_fwd", mutates_args=(), device_types="cuda", tags=(torch.Tag.needs_fixed_stride_order,)
 )
 def _conv_fwd_op(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, sizes: list[int]
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, sizes: list[int], seq_idx: torch.Tensor | None
 ) -> list[torch.Tensor]:
     # parts of whole column tiles (Mamba-2's x, B and C): one launch over all channels stores each program's tile
     # into its column block's part. Otherwise each part is its own conv on a channel slice (a strided view, no
     # copy). Either way contiguous outputs
     default = _fwd_default(sizes) if 1 < len(sizes) <= MAX_PARTS else None  # its tiles divide every part
     if default is not None:
-        return _conv_fwd_parts(x, weight, bias, list(sizes), default)
-    return [conv_fwd(x[..., lo:hi], weight[lo:hi], None if bias is None else bias[lo:hi]) for lo, hi in _bounds(sizes)]
+        return _conv_fwd_parts(x, weight, bias, list(sizes), default, seq_idx)
+    return [
+        conv_fwd(x[..., lo:hi], weight[lo:hi], None if bias is None else bias[lo:hi], seq_idx)
+        for lo, hi in _bounds(sizes)
+    ]
 
 
 @_conv_fwd_op.register_fake
-def _(x, weight, bias, sizes):
+def _(x, weight, bias, sizes, seq_idx):
     return [x.new_empty((*x.shape[:-1], n)) for n in sizes]
 
 
@@ -519,7 +681,11 @@ def _(x, weight, bias, sizes):
     "mamba2_cutile::conv_bwd", mutates_args=(), device_types="cuda", tags=(torch.Tag.needs_fixed_stride_order,)
 )
 def _conv_bwd_op(
-    dys: list[torch.Tensor], x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    dys: list[torch.Tensor],
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    seq_idx: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # parts of whole column tiles (Mamba-2's x, B and C): one gv launch picks each program's dy by its column block,
     # then one dx launch and one sum over all channels. Otherwise each part's kernels store into its channel columns
@@ -529,37 +695,41 @@ def _conv_bwd_op(
     dparams = _dparams(x.shape[-1], bias, x.device)
     sizes = [dy.shape[-1] for dy in dys]
     if _one_launch(sizes) and len({dy.dtype for dy in dys}) == 1:
-        _conv_bwd_sums(list(dys), x, weight, bias, dx, dparams)
+        _conv_bwd_sums(list(dys), x, weight, bias, dx, dparams, seq_idx)
     else:
         for dy, (lo, hi) in zip(dys, _bounds(sizes)):
             part_bias = None if bias is None else bias[lo:hi]
-            _conv_bwd_sums([dy], x[..., lo:hi], weight[lo:hi], part_bias, dx[..., lo:hi], dparams[:, lo:hi])
+            _conv_bwd_sums([dy], x[..., lo:hi], weight[lo:hi], part_bias, dx[..., lo:hi], dparams[:, lo:hi], seq_idx)
     dweight, dbias = _param_grads(dparams, weight, bias)
     return dx, dweight, x.new_empty(0) if dbias is None else dbias
 
 
 @_conv_bwd_op.register_fake
-def _(dys, x, weight, bias):
+def _(dys, x, weight, bias, seq_idx):
     dbias = x.new_empty(0) if bias is None else bias.new_empty(bias.shape)
     return torch.empty_like(x, memory_format=torch.contiguous_format), weight.new_empty(weight.shape), dbias
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    x, weight, bias, _ = inputs
-    ctx.save_for_backward(x, weight, bias)
+    x, weight, bias, _, seq_idx = inputs
+    ctx.save_for_backward(x, weight, bias, seq_idx)
 
 
 def _backward(ctx, dys: list[torch.Tensor]):
-    x, weight, bias = ctx.saved_tensors
-    dx, dweight, dbias = _conv_bwd_op(list(dys), x, weight, bias)
-    return dx, dweight, None if bias is None else dbias, None
+    x, weight, bias, seq_idx = ctx.saved_tensors
+    dx, dweight, dbias = _conv_bwd_op(list(dys), x, weight, bias, seq_idx)
+    return dx, dweight, None if bias is None else dbias, None, None
 
 
 torch.library.register_autograd("mamba2_cutile::conv_fwd", _backward, setup_context=_setup_context)
 
 
 def causal_conv1d_silu(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, sizes: list[int]
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    sizes: list[int],
+    seq_idx: torch.Tensor | None = None,
 ) -> list[torch.Tensor]:
     """SiLU(causal depthwise conv1d(x)) on the GPU, split along channels into parts; differentiable, traced by
     torch.compile as single nodes. The parts' outputs come back apart, and so do their gradients (one launch for
@@ -570,10 +740,12 @@ def causal_conv1d_silu(
         x: (b, l, c) bf16/fp16/fp32 on a CUDA device, last stride 1 (other layouts are copied).
         weight: (c, k), k at most 4.  bias: (c,) or None.
         sizes: the parts' channel counts, positive, adding up to c.
+        seq_idx: (b, l) int32 document ids, non-decreasing along a row, or None: a tap reading token s for output t
+            counts only if seq_idx[s] == seq_idx[t] (model.layers.causal_conv1d_silu). No gradient.
     Returns:
         one contiguous (b, l, size) tensor per part, in x's dtype.
     """
     if sum(sizes) != x.shape[-1] or min(sizes) < 1:
         raise ValueError(f"cutile conv: sizes {list(sizes)} must be positive and add up to the {x.shape[-1]} channels")
-    check_inputs(x, weight, bias)
-    return _conv_fwd_op(x, weight, bias, list(sizes))
+    check_inputs(x, weight, bias, seq_idx)
+    return _conv_fwd_op(x, weight, bias, list(sizes), seq_idx)

@@ -1,7 +1,8 @@
 """The block's cuTile layers against their PyTorch references in float64: the causal conv + SiLU
 (kernels/cutile/causal_conv.py, against layers.causal_conv1d_silu) and the gated RMSNorm (kernels/cutile/rms_norm.py,
 against layers.rms_norm). Output and every gradient over dtypes, sizes that leave partial tiles, strided inputs and
-every configuration of both tune spaces; then under torch.compile, and inside the model."""
+every configuration of both tune spaces; then under torch.compile, and inside the model. The conv also with document
+ids (seq_idx): boundaries at random, at tile edges, and one-token documents."""
 
 from __future__ import annotations
 
@@ -49,13 +50,26 @@ def parts(c: int) -> list[int]:
     return [c] if c < 4 else [c - 2 * (c // 4), c // 4, c // 4]
 
 
-def conv_check(x, weight, bias, dy, tol):
-    """Output and gradients of the cuTile conv (its three parts, concatenated) against the float64 reference on
-    the same (rounded) inputs."""
+def random_seq_idx(b: int, l: int, seed: int = 0) -> torch.Tensor:
+    """Document ids (b, l) int32 on the GPU, non-decreasing along each row, row r's starting at r: boundaries at
+    random, at the token tiles' edges (16 to 256; tiles of 8 and the gv kernel's segments have theirs there too), a
+    one-token document at the row's start, in its middle, and on each side of token 32 (a tile's last and first)."""
+    gen = torch.Generator().manual_seed(seed)
+    starts = torch.zeros(b, l, dtype=torch.bool)  # whether a document starts at token t
+    starts[:, [t for t in (1, l // 2, l // 2 + 1, 31, 32, 33, 16, 64, 128, 256) if t < l]] = True
+    if l > 1:
+        starts.scatter_(1, torch.randint(1, l, (b, max(1, l // 12)), generator=gen), True)
+    starts[:, 0] = False
+    return (starts.cumsum(1) + torch.arange(b)[:, None]).to(torch.int32).cuda()
+
+
+def conv_check(x, weight, bias, dy, tol, seq_idx=None, sizes=None):
+    """Output and gradients of the cuTile conv (its three parts, concatenated, or `sizes`) against the float64
+    reference on the same (rounded) inputs, with the document ids seq_idx where given."""
     leaves = [t if t is None else t.detach().requires_grad_(True) for t in (x, weight, bias)]
     leaves64 = [t if t is None else t.detach().to(F64).requires_grad_(True) for t in (x, weight, bias)]
-    y = torch.cat(cutile_conv(*leaves, parts(x.shape[-1])), dim=-1)
-    y64 = causal_conv1d_silu(*leaves64)
+    y = torch.cat(cutile_conv(*leaves, sizes or parts(x.shape[-1]), seq_idx=seq_idx), dim=-1)
+    y64 = causal_conv1d_silu(*leaves64, seq_idx=seq_idx)
     assert y.dtype == x.dtype and y.shape == y64.shape
     assert rel_err(y, y64) < tol
     present = [i for i, t in enumerate(leaves) if t is not None]
@@ -133,6 +147,104 @@ def test_conv_compiled_fullgraph_matches_eager():
     leaves = [t.detach().requires_grad_(True) for t in (x, weight, bias)]
     eager = torch.autograd.grad(f(*leaves), leaves, dy)
     compiled = torch.autograd.grad(torch.compile(f, fullgraph=True)(*leaves), leaves, dy)
+    for e, c in zip(eager, compiled):
+        assert rel_err(c, e.to(F64)) < 1e-6
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("b,l,c,k", CONV_SHAPES)
+@pytest.mark.parametrize("bias,strided", [(True, True), (False, False)])
+def test_conv_with_seq_idx_against_float64(dtype, b, l, c, k, bias, strided):
+    """Three parts: one launch over all of them (1792 channels) or a launch per part (the others)."""
+    x, weight, bias_t, dy = conv_inputs(b, l, c, k, dtype, bias, strided, seed=6)
+    conv_check(x, weight, bias_t, dy, TOL[dtype], seq_idx=random_seq_idx(b, l, seed=l))
+
+
+@pytest.mark.parametrize("b,l,c,k", [(2, 300, 192, 4), (3, 70, 100, 3), (1, 1, 64, 4)])
+def test_conv_with_seq_idx_one_part(b, l, c, k):
+    x, weight, bias, dy = conv_inputs(b, l, c, k, torch.bfloat16, seed=7)
+    conv_check(x, weight, bias, dy, TOL[torch.bfloat16], seq_idx=random_seq_idx(b, l, seed=1), sizes=[c])
+
+
+def test_conv_with_seq_idx_every_token_its_own_document():
+    """Every tap but the unshifted one masked: y = SiLU(bias + w[:, k - 1] x)."""
+    b, l, c = 2, 77, 128
+    x, weight, bias, dy = conv_inputs(b, l, c, 4, torch.float32, seed=8)
+    seq_idx = torch.arange(l, device="cuda", dtype=torch.int32).expand(b, l)
+    conv_check(x, weight, bias, dy, TOL[torch.float32], seq_idx=seq_idx)
+    y = torch.cat(cutile_conv(x, weight, bias, parts(c), seq_idx=seq_idx), dim=-1)
+    assert rel_err(y, torch.nn.functional.silu(bias + weight[:, 3] * x).to(F64)) < TOL[torch.float32]
+
+
+def test_conv_with_one_document_is_bitwise_the_conv_without_ids():
+    """Ids all alike mask nothing: the same values and gradients, bit for bit, as without ids."""
+    x, weight, bias, dy = conv_inputs(2, 133, 512, 4, torch.bfloat16, seed=9)
+    seq_idx = torch.full((2, 133), 5, device="cuda", dtype=torch.int32)
+    results = []
+    for ids in (None, seq_idx):
+        leaves = [t.detach().requires_grad_(True) for t in (x, weight, bias)]
+        y = torch.cat(cutile_conv(*leaves, parts(512), seq_idx=ids), dim=-1)
+        results.append([y, *torch.autograd.grad(y, leaves, dy)])
+    for without, with_ids in zip(*results):
+        assert torch.equal(without, with_ids)
+
+
+@pytest.mark.parametrize("fwd,bwd", every_one(conv_fwd_space(), conv_bwd_space()))
+def test_conv_with_seq_idx_every_configuration(fwd, bwd):
+    """Each configuration tuning can pick for a launch with document ids (the keys' own: `_seq_idx`)."""
+    with (
+        tuning.forced("conv_fwd", fwd) as fwd_launched,
+        tuning.forced("conv_bwd", bwd) as bwd_launched,
+        tuning.forced("conv_bwd_dx", fwd) as dx_launched,
+    ):
+        x, weight, bias, dy = conv_inputs(2, 133, 300, 4, torch.bfloat16, seed=10)
+        conv_check(x, weight, bias, dy, TOL[torch.bfloat16], seq_idx=random_seq_idx(2, 133, seed=3))
+    n = len(parts(300))
+    assert fwd_launched == [fwd] * n and bwd_launched == [bwd] * n and dx_launched == [fwd] * n
+
+
+@pytest.mark.parametrize("bwd", conv_bwd_space())
+def test_conv_with_seq_idx_one_launch_every_configuration(bwd):
+    """Parts of whole column tiles (512 channels) in one gv launch, with document ids, at each configuration."""
+    with tuning.forced("conv_bwd", bwd) as bwd_launched:
+        x, weight, bias, dy = conv_inputs(2, 133, 512, 4, torch.bfloat16, seed=11)
+        conv_check(x, weight, bias, dy, TOL[torch.bfloat16], seq_idx=random_seq_idx(2, 133, seed=4))
+    assert bwd_launched == [bwd]
+
+
+def test_conv_with_seq_idx_is_tuned_apart():
+    """A launch with document ids is decided under its own key; one without keeps the shipped table's."""
+    x, weight, bias, _ = conv_inputs(8, 2048, 1792, 4, torch.bfloat16, seed=12)
+    sizes = [1536, 128, 128]  # the medium model's x, B and C: tuned.json's key
+    x = x.detach().requires_grad_(True)
+    y = cutile_conv(x, weight, bias, sizes, seq_idx=random_seq_idx(8, 2048))
+    torch.cat(y, dim=-1).sum().backward()
+    cutile_conv(x, weight, bias, sizes)
+    keys = [key.split("|")[1] for key in tuning.chosen() if key.startswith("conv_fwd|b8_l2048_c1792")]
+    assert sorted(keys) == [
+        "b8_l2048_c1792_k4_bfloat16_parts1536-128-128",
+        "b8_l2048_c1792_k4_bfloat16_seq_idx_parts1536-128-128",
+    ]
+    assert "conv_bwd|b8_l2048_c1792_k4_bfloat16_seq_idx_parts1536-128-128" in tuning.chosen()
+    assert "conv_bwd_dx|b8_l2048_c1792_k4_bfloat16_seq_idx" in tuning.chosen()
+
+
+def test_conv_long_sequence_with_seq_idx():
+    b, l = 1, 131072
+    x, weight, bias, dy = conv_inputs(b, l, 256, 4, torch.bfloat16, seed=13)
+    conv_check(x, weight, bias, dy, TOL[torch.bfloat16], seq_idx=random_seq_idx(b, l, seed=5))
+
+
+def test_conv_with_seq_idx_compiled_fullgraph_matches_eager():
+    x, weight, bias, dy = conv_inputs(2, 300, 192, 4, torch.bfloat16, seed=14)
+    seq_idx = random_seq_idx(2, 300, seed=6)
+
+    def f(x, w, b, seq_idx):
+        return torch.cat(cutile_conv(x * 2, w, b, parts(x.shape[-1]), seq_idx=seq_idx), dim=-1) * 3
+
+    leaves = [t.detach().requires_grad_(True) for t in (x, weight, bias)]
+    eager = torch.autograd.grad(f(*leaves, seq_idx), leaves, dy)
+    compiled = torch.autograd.grad(torch.compile(f, fullgraph=True)(*leaves, seq_idx), leaves, dy)
     for e, c in zip(eager, compiled):
         assert rel_err(c, e.to(F64)) < 1e-6
 

@@ -73,6 +73,77 @@ def test_causal_conv1d_is_causal():
     assert not torch.allclose(a[:, 5:9], c[:, 5:9])
 
 
+# documents of one token, of fewer tokens than the kernel width (4) and of more, per row
+DOCUMENTS = [[1, 3, 6, 1, 2], [5, 1, 1, 4, 2]]
+
+
+def _seq_idx(lengths: list[list[int]]) -> torch.Tensor:
+    """Document ids (rows, Σ lengths) int32: 0, 1, ... per row, one a document."""
+    return torch.stack([torch.repeat_interleave(torch.arange(len(r)), torch.tensor(r)) for r in lengths]).int()
+
+
+def _conv_separately(lengths: list[list[int]]):
+    """The conv of each document on its own, concatenated back: what the packed conv must equal."""
+
+    def conv(x, w, b):
+        rows = []
+        for r, row in enumerate(lengths):
+            ends = torch.tensor(row).cumsum(0).tolist()
+            docs = [x[r : r + 1, e - n : e] for e, n in zip(ends, row)]
+            rows.append(torch.cat([causal_conv1d_silu(d, w, b) for d in docs], dim=1))
+        return torch.cat(rows)
+
+    return conv
+
+
+@pytest.mark.parametrize("k", [2, 4])
+@pytest.mark.parametrize("ids", ["consecutive", "sparse"])  # only equality of ids matters, not their values
+def test_causal_conv1d_with_seq_idx_equals_documents_apart(k, ids):
+    seq_idx = _seq_idx(DOCUMENTS)
+    if ids == "sparse":
+        seq_idx = seq_idx * 3 + 7
+    x, w, b = _leaves((2, 13, 6), (6, k), (6,))
+
+    def packed(x, w, b):
+        return causal_conv1d_silu(x, w, b, seq_idx=seq_idx)
+
+    (out, grads), (ref, ref_grads) = _grads(packed, [x, w, b]), _grads(_conv_separately(DOCUMENTS), [x, w, b])
+    torch.testing.assert_close(out, ref, **TIGHT)
+    for g, r in zip(grads, ref_grads):  # x, weight, bias
+        torch.testing.assert_close(g, r, **TIGHT)
+
+
+def test_causal_conv1d_with_a_moved_boundary_differs():
+    """The check above can fail: the same documents with one boundary a token later do not match them."""
+    moved = _seq_idx(DOCUMENTS)
+    moved[0, 4] = moved[0, 3]  # row 0's third document (tokens 4..9) now starts at token 5
+    x, w, b = _leaves((2, 13, 6), (6, 4), (6,))
+
+    def packed(x, w, b):
+        return causal_conv1d_silu(x, w, b, seq_idx=moved)
+
+    (out, grads), (ref, ref_grads) = _grads(packed, [x, w, b]), _grads(_conv_separately(DOCUMENTS), [x, w, b])
+    differs = (out - ref).abs().amax(-1) > 1e-6
+    assert differs[0].nonzero().flatten().tolist() == [4, 5, 6, 7]  # token 4 and those whose taps reach it
+    assert not differs[1].any()
+    assert not torch.allclose(grads[0], ref_grads[0])
+
+
+def test_causal_conv1d_one_document_is_no_seq_idx():
+    """One document per row (any id) gives exactly the conv without ids."""
+    x, w, b = (t.detach() for t in _leaves((2, 9, 5), (5, 4), (5,)))
+    seq_idx = torch.full((2, 9), 3, dtype=torch.int32)
+    assert torch.equal(causal_conv1d_silu(x, w, b, seq_idx=seq_idx), causal_conv1d_silu(x, w, b))
+
+
+def test_causal_conv1d_with_seq_idx_traces_in_one_graph():
+    """torch.compile traces the masked conv whole (no graph break, no host sync) to the same values."""
+    x, w, b = (t.detach() for t in _leaves((2, 13, 6), (6, 4), (6,)))
+    seq_idx = _seq_idx(DOCUMENTS)
+    compiled = torch.compile(causal_conv1d_silu, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(x, w, b, seq_idx=seq_idx), causal_conv1d_silu(x, w, b, seq_idx), **TIGHT)
+
+
 @pytest.mark.parametrize("gated,group_size", [(False, None), (True, None), (True, 4)])
 def test_rms_norm_matches_its_formula(gated, group_size):
     x, z, w = _leaves((2, 5, 8), (2, 5, 8), (8,))
