@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, replace
 import torch
 
 import kernels
+from bench.documents import DOCUMENTS, packed_seq_idx
 from bench.inputs import random_inputs
 from bench.results import available_backends, backward_records, write_json
 from bench.timing import ceilings, gpu_kernel_ms, summarize, wall_ms
@@ -41,6 +42,7 @@ class Shape:
     ngroups: int = 1
     chunk_size: int = 128
     dtype: str = "bfloat16"
+    documents: str = "none"  # packed documents (seq_idx) of bench.documents: none, stdlib, short
 
     def bytes_moved(self) -> int:
         """Each input read once and y written once: x, B, C, y in dtype; dt in float32; A, D, dt_bias."""
@@ -72,7 +74,7 @@ def make_inputs(shape: Shape, device: str, requires_grad: bool) -> dict[str, tor
     if requires_grad:
         for t in inputs.values():
             t.requires_grad_(True)
-    return inputs
+    return inputs | {"seq_idx": packed_seq_idx(shape.documents, b, l, device)}
 
 
 def split(variant: str) -> tuple[str, str]:
@@ -103,6 +105,7 @@ def make_call(shape: Shape, variant: str, mode: str, device: str):
             D=inputs["D"],
             dt_bias=inputs["dt_bias"],
             dt_softplus=True,
+            seq_idx=inputs["seq_idx"],
             backend=backend,
             backward=backward,
         )
@@ -115,7 +118,7 @@ def make_call(shape: Shape, variant: str, mode: str, device: str):
 
         return call
 
-    leaves = list(inputs.values())
+    leaves = [t for t in inputs.values() if t is not None and t.requires_grad]
 
     def call():
         nonlocal grad_y
@@ -215,6 +218,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated: {', '.join(MODES)}")
     ap.add_argument("--chunk", type=int, default=None, help="chunk size for every shape (default: each shape's, 128)")
+    ap.add_argument(
+        "--documents",
+        default="none",
+        choices=DOCUMENTS,
+        help="packed documents (seq_idx) of every shape: bench.documents",
+    )
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--calls", type=int, default=20, help="calls per timed repeat")
     ap.add_argument("--autotune", action="store_true", help="tune cuTile block sizes per shape (cached on disk)")
@@ -232,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     shapes = list(dict.fromkeys(shape for name in names for shape in SHAPE_SETS[name]))
     if args.chunk is not None:
         shapes = [replace(shape, chunk_size=args.chunk) for shape in shapes]
+    shapes = [replace(shape, documents=args.documents) for shape in shapes]
     variants = args.backends.split(",")
     backends, skipped = available_backends(",".join(dict.fromkeys(split(v)[0] for v in variants)), device)
     variants = [v for v in variants if split(v)[0] in backends]

@@ -41,6 +41,7 @@ import torch
 import yaml
 
 import kernels
+from bench.documents import DOCUMENTS, packed_seq_idx
 from bench.results import STEP_LAYERS, available_backends, write_json
 from bench.step import TimedStep, alternate, median_split, token_batches, warm_up
 from bench.timing import gpu_kernel_ms, summarize
@@ -100,9 +101,10 @@ def load_module(name: str, label: str, seqlen: int, compile_model: bool, compile
 def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: bool, args, device: str) -> list[dict]:
     mode = compile_mode(name, args)
     modules = {label: load_module(name, label, seqlen, compile_model, mode).to(device) for label in labels}
+    seq_idx = packed_seq_idx(args.documents, batch, seqlen, device)  # the same documents in every step
     steps = {
         label: TimedStep(
-            lambda tokens, m=m.model: next_token_loss(m, tokens),
+            lambda tokens, m=m.model: next_token_loss(m, tokens, seq_idx),
             list(m.parameters()),
             m.optimizer(fused=True),  # as training under bf16-mixed or fp32: see LanguageModel
             device,
@@ -151,6 +153,7 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
             "config": dataclasses.asdict(modules[label].config),
             "seqlen": seqlen,
             "batch": batch,
+            "documents": args.documents,
             "variant": label,
             "backend": VARIANTS[base][0],
             "backward": None if base == "standin" else VARIANTS[base][1],
@@ -241,6 +244,12 @@ def main(argv: list[str] | None = None) -> int:
         "max-autotune-no-cudagraphs, ...; unset: the config's model.compile_mode",
     )
     ap.add_argument("--quick", action="store_true", help="--warmup 2 --steps 4: a minute or two per compiled cell")
+    ap.add_argument(
+        "--documents",
+        default="none",
+        choices=DOCUMENTS,
+        help="packed documents (seq_idx) of every step: bench.documents",
+    )
     ap.add_argument("--profile", action="store_true", help="record each variant's 20 largest GPU kernels")
     args = parse_run_arguments(ap, argv)
     unknown = []

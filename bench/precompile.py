@@ -51,7 +51,7 @@ def cutile_call(shape: Shape, mode: str, walks: str) -> Callable[[], object]:
     dy = torch.randn_like(t["x"])
 
     def call() -> None:
-        ssd_forward(*args, "cutile")
+        ssd_forward(*args, None, "cutile")  # no seq_idx
         if mode == "fwd_bwd":
             ssd_backward(dy, None, *args, walks=walks)
 

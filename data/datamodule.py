@@ -4,7 +4,9 @@ prepare_data (one process per node) does the work and fills the caches: the data
 (tokenization and packing through Dataset.map, batched) and the tokenizer file. setup (every
 process) repeats the same calls, which then only read those caches.
 
-Each training row is seq_len + 1 tokens: inputs are the first seq_len, targets the last seq_len.
+Each training row is seq_len + 1 tokens: inputs are the first seq_len, targets the last seq_len. A row packs
+several documents, each ended by EOS; with document_boundaries each batch also carries `seq_idx`, the document of
+every input token, and the model keeps each document's state and conv window to itself.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from data.corpus import load_corpus, local_files
-from data.tokenizer import encode_batch, file_digest, pack_batch, train_tokenizer
+from data.tokenizer import EOS, PackedBatch, encode_batch, file_digest, load_tokenizer, pack_batch, train_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,7 @@ class TextDataModule(L.LightningDataModule):
         num_workers: int = 0,
         cache_dir: str = ".cache/data",
         seed: int = 1234,
+        document_boundaries: bool = True,
     ):
         """
         Args:
@@ -95,6 +98,8 @@ class TextDataModule(L.LightningDataModule):
             seq_len: tokens per training sequence.
             batch_size: sequences per batch per process.
             cache_dir: datasets cache and tokenizer files.
+            document_boundaries: give each batch the document ids of its tokens (`seq_idx`), so that no document
+                reads the end of the one packed before it; false lets state flow across documents.
         """
         super().__init__()
         if not 0.0 < val_fraction < 1.0:
@@ -113,6 +118,7 @@ class TextDataModule(L.LightningDataModule):
         self.max_documents, self.val_fraction, self.seed = max_documents, val_fraction, seed
         self.vocab_size, self.seq_len, self.batch_size = vocab_size, seq_len, batch_size
         self.num_workers = num_workers
+        self.document_boundaries = document_boundaries
         self.cache_dir = Path(cache_dir)
         self.tokenizer_path: Path | None = None
         self.train_set = self.val_set = None
@@ -189,6 +195,13 @@ class TextDataModule(L.LightningDataModule):
             return 0
         return trainer.global_step * trainer.accumulate_grad_batches * self.batch_size
 
+    def _collate(self) -> PackedBatch:
+        """Batches of blocks, with their document ids when document_boundaries (EOS's id from the tokenizer)."""
+        if not self.document_boundaries:
+            return PackedBatch(None)
+        tokenizer = load_tokenizer(str(self.tokenizer_path), file_digest(self.tokenizer_path))
+        return PackedBatch(tokenizer.token_to_id(EOS))
+
     def train_dataloader(self) -> DataLoader:
         trainer = self.trainer
         world = trainer.world_size if trainer is not None else 1
@@ -202,6 +215,7 @@ class TextDataModule(L.LightningDataModule):
             num_workers=self.num_workers,
             pin_memory=torch.cuda.is_available(),
             persistent_workers=self.num_workers > 0,
+            collate_fn=self._collate(),
         )
 
     def val_dataloader(self) -> DataLoader:
@@ -211,6 +225,7 @@ class TextDataModule(L.LightningDataModule):
             shuffle=False,
             num_workers=self.num_workers,
             pin_memory=torch.cuda.is_available(),
+            collate_fn=self._collate(),
         )
 
     # -- checkpoints carry the tokenizer, so a checkpoint alone is enough to generate -------------

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import torch
 from tokenizers import Tokenizer
 from tokenizers.implementations import ByteLevelBPETokenizer
 
@@ -55,3 +56,28 @@ def pack_batch(batch: dict, block: int) -> dict:
     flat = [t for ids in batch["ids"] for t in ids]
     n = len(flat) // block
     return {"input_ids": [flat[i * block : (i + 1) * block] for i in range(n)]}
+
+
+def document_ids(blocks: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """The document of every input token of packed blocks: (b, l + 1) token ids -> (b, l) int32 seq_idx.
+
+    The inputs are blocks[:, :-1]. Each row counts from 0; the token after an EOS starts the next document (the EOS
+    ends its own). Every document was encoded with an EOS at its end (`encode_batch`), so the count of EOS tokens
+    before a token is its document.
+    """
+    ends = blocks[:, :-1] == eos_id
+    return ends.cumsum(-1, dtype=torch.int32) - ends.int()
+
+
+class PackedBatch:
+    """DataLoader collate_fn: the blocks as {"input_ids": (b, l + 1)}, with {"seq_idx": (b, l) int32} (their
+    documents, `document_ids`) when `eos_id` is given. A class, so worker processes can pickle it."""
+
+    def __init__(self, eos_id: int | None):
+        self.eos_id = eos_id
+
+    def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
+        blocks = torch.stack([row["input_ids"] for row in rows])
+        if self.eos_id is None:
+            return {"input_ids": blocks}
+        return {"input_ids": blocks, "seq_idx": document_ids(blocks, self.eos_id)}

@@ -1,12 +1,12 @@
 """The Mamba-2 SSD: one entry point, several backends.
 
     y, final_state = kernels.ssd(x, dt, A, B, C, chunk_size, D=None, *, dt_bias=None, dt_softplus=False,
-                                 initial_states=None, return_final_states=False, backend="auto",
+                                 initial_states=None, seq_idx=None, return_final_states=False, backend="auto",
                                  backward="reference")
 
 The arguments it takes are mamba_ssm's `mamba_chunk_scan_combined`'s, by the same names and meanings: x, dt, A, B,
 C, chunk_size and D by position, the rest by keyword (mamba_ssm's positions differ: z comes after D). It takes no z,
-seq_idx, cu_seqlens or dt_limit. Backends and how one is chosen: kernels/backends.py. Also here: `set_autotune`
+cu_seqlens or dt_limit. `seq_idx` marks packed documents, with mamba_ssm's meaning, on every backend. Backends and how one is chosen: kernels/backends.py. Also here: `set_autotune`
 (cuTile block-size search per shape) and `tuning_choices` (the cuTile configurations this process decided on, for
 the record).
 """
@@ -38,9 +38,11 @@ def _check_shapes(tensors: dict[str, Tensor | None], chunk_size: int) -> None:
     """Raise ValueError naming the input whose shape or dtype does not fit the others.
 
     Args:
-        tensors: the SSD's tensor inputs by name (x, dt, A, B, C, D, dt_bias, initial_states; None where absent).
+        tensors: the SSD's tensor inputs by name (x, dt, A, B, C, D, dt_bias, initial_states, seq_idx; None where
+            absent).
     """
     x, dt, A, B, C = (tensors[k] for k in ("x", "dt", "A", "B", "C"))
+    seq_idx = tensors.pop("seq_idx", None)
     D, dt_bias, initial_states = tensors["D"], tensors["dt_bias"], tensors["initial_states"]
     if x.dim() != 4:
         raise ValueError(f"x must be (batch, seqlen, nheads, headdim), got shape {tuple(x.shape)}")
@@ -68,6 +70,10 @@ def _check_shapes(tensors: dict[str, Tensor | None], chunk_size: int) -> None:
         raise ValueError(
             f"initial_states must be (batch, nheads, headdim, dstate) = {(b, h, p, n)}, "
             f"got {tuple(initial_states.shape)}"
+        )
+    if seq_idx is not None and (seq_idx.shape != (b, l) or seq_idx.dtype != torch.int32):
+        raise ValueError(
+            f"seq_idx must be (batch, seqlen) = {(b, l)} int32, got {tuple(seq_idx.shape)} {seq_idx.dtype}"
         )
     for name, t in tensors.items():
         if t is not None and not t.is_floating_point():
@@ -104,6 +110,7 @@ def ssd(
     dt_bias: Tensor | None = None,
     dt_softplus: bool = False,
     initial_states: Tensor | None = None,
+    seq_idx: Tensor | None = None,
     return_final_states: bool = False,
     backend: str = "auto",
     backward: str = "reference",
@@ -116,6 +123,9 @@ def ssd(
         chunk_size: tokens per chunk; l need not be a multiple of it.
         D: (h,) skip connection.  dt_bias: (h,) added to dt before softplus.
         initial_states: (b, h, p, n) state before the first token.
+        seq_idx: (b, l) int32 document ids of packed sequences, non-decreasing along each row: where it changes
+            the state restarts from zero, as if each document ran alone; the initial state belongs to document 0
+            (mamba_ssm's meaning). Not checked for order (that would make the host wait for the device).
         backend: "torch", "cutile", "triton" or "auto" (cutile on a CUDA GPU where it runs, else torch); "standin"
             (y = x·D, kernels/standin.py) is for benchmarks only.
         backward: the cutile backend's gradient: "reference" (autograd through kernels.reference, the
@@ -123,12 +133,11 @@ def ssd(
             backward and take only "reference"; "cutile" with backend "auto" is refused where auto picks torch.
     Returns:
         y (b, l, h, p) in x's dtype, and with return_final_states the state after the last token
-        (b, h, p, n), float32 (float64 for float64 inputs on the torch backend).
+        (b, h, p, n), float32 (float64 for float64 inputs on the torch backend); with seq_idx, the state of each
+        row's last document.
     """
-    _check_shapes(
-        {"x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "dt_bias": dt_bias, "initial_states": initial_states},
-        chunk_size,
-    )
+    tensors = {"x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "dt_bias": dt_bias, "initial_states": initial_states}
+    _check_shapes({**tensors, "seq_idx": seq_idx}, chunk_size)
     _check_values(A)
     if backward not in BACKWARDS:
         raise ValueError(f"backward must be one of {', '.join(BACKWARDS)}, got {backward!r}")
@@ -140,7 +149,7 @@ def ssd(
     extra = (backward,) if name == "cutile" else ()
 
     def run(x: Tensor, dt: Tensor, B: Tensor, C: Tensor) -> tuple[Tensor, Tensor]:
-        return fn(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, *extra)
+        return fn(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, seq_idx, *extra)
 
     with torch.autocast(x.device.type, enabled=False):  # each backend picks its own precisions
         y, final_state = timed(run, x, dt, B, C)

@@ -29,7 +29,8 @@ INSTALL_HINTS = {"cutile": "pip install 'cuda-tile[tileiras]'", "triton": "insta
 
 @functools.cache
 def implementation(name: str) -> Callable:
-    """The function of backend `name`, with kernels.ssd's signature up to initial_states (cutile: and backward)."""
+    """The function of backend `name`, with kernels.ssd's signature up to seq_idx, positionally (cutile: and
+    backward after it)."""
     if name == "torch":
         from kernels.reference import ssd_chunked
 

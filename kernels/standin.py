@@ -23,9 +23,10 @@ def ssd_standin(
     dt_bias: Tensor | None = None,
     dt_softplus: bool = False,
     initial_states: Tensor | None = None,
+    seq_idx: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """y = x·D (b, l, h, p) in x's dtype (x itself, copied, without D) and a zero final state (b, h, p, n) float32,
-    a broadcast view of one zero: no memory is filled."""
+    a broadcast view of one zero: no memory is filled. seq_idx changes nothing: no token reads another."""
     b, _, h, p = x.shape
     y = x.clone() if D is None else x * D.to(x.dtype)[:, None]
     return y, x.new_zeros((), dtype=torch.float32).expand(b, h, p, B.shape[-1])

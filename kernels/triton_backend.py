@@ -18,13 +18,9 @@ import contextlib
 import functools
 import logging
 
-import mamba_ssm
 import torch
-import triton
-from mamba_ssm.ops.triton import ssd_bmm, ssd_chunk_scan, ssd_chunk_state, ssd_combined, ssd_state_passing
 from mamba_ssm.ops.triton.ssd_combined import _mamba_chunk_scan_combined_bwd, _mamba_chunk_scan_combined_fwd
 from torch import Tensor
-from triton.runtime.autotuner import Autotuner
 
 from kernels import triton_choices
 from kernels.op import differentiable_op, ssd_forward_fake
@@ -32,8 +28,12 @@ from kernels.op import differentiable_op, ssd_forward_fake
 log = logging.getLogger("kernels")
 
 
-def autotuners() -> dict[str, Autotuner]:
-    """mamba_ssm's autotuned SSD kernels by "module.kernel" (unwrapping decorators stacked above the autotuner)."""
+def autotuners() -> dict:
+    """mamba_ssm's autotuned SSD kernels (triton Autotuners) by "module.kernel", unwrapping decorators stacked above
+    the autotuner."""
+    from mamba_ssm.ops.triton import ssd_bmm, ssd_chunk_scan, ssd_chunk_state, ssd_combined, ssd_state_passing
+    from triton.runtime.autotuner import Autotuner
+
     found = {}
     for module in (ssd_bmm, ssd_chunk_scan, ssd_chunk_state, ssd_combined, ssd_state_passing):
         for name, obj in vars(module).items():
@@ -46,6 +46,9 @@ def autotuners() -> dict[str, Autotuner]:
 
 def versions() -> dict[str, str]:
     """What a recorded choice depends on besides the GPU: the kernels' source and the compiler."""
+    import mamba_ssm
+    import triton
+
     return {"mamba_ssm": mamba_ssm.__version__, "triton": triton.__version__}
 
 
@@ -78,12 +81,24 @@ def triton_forward(
     dt_bias: Tensor | None = None,
     dt_softplus: bool = False,
     initial_states: Tensor | None = None,
+    seq_idx: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """y (b, l, h, p) in x's dtype and final_state (b, h, p, n) float32 from mamba_ssm's Triton kernels."""
-    use_shipped_choices(x.device.index if x.device.index is not None else torch.cuda.current_device())
+    if x.is_cuda:
+        use_shipped_choices(x.device.index if x.device.index is not None else torch.cuda.current_device())
     with _on_device(x):
         y, _, _, _, _, final_state = _mamba_chunk_scan_combined_fwd(
-            x, dt, A, B, C, chunk_size, D=D, dt_bias=dt_bias, initial_states=initial_states, dt_softplus=dt_softplus
+            x,
+            dt,
+            A,
+            B,
+            C,
+            chunk_size,
+            D=D,
+            dt_bias=dt_bias,
+            initial_states=initial_states,
+            seq_idx=seq_idx,
+            dt_softplus=dt_softplus,
         )
     return y, final_state.float()
 
@@ -101,10 +116,12 @@ def triton_gradients(
     dt_bias: Tensor | None,
     dt_softplus: bool,
     initial_states: Tensor | None,
+    seq_idx: Tensor | None,
     y: Tensor,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """(dx, ddt, dA, dB, dC, dD, ddt_bias, dinitial_states), each in its input's dtype, from the forward's inputs and
-    its output y; an absent optional input (D, dt_bias, initial_states) gets an empty tensor in its place."""
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(dx, ddt, dA, dB, dC, dD, ddt_bias, dinitial_states, dseq_idx), each in its input's dtype, from the forward's
+    inputs and its output y; an absent optional input (D, dt_bias, initial_states) and seq_idx (no gradient) get
+    an empty tensor in their place."""
     with _on_device(x):
         dx, ddt, dA, dB, dC, dD, _, ddt_bias, dinit = _mamba_chunk_scan_combined_bwd(
             dy,
@@ -119,6 +136,7 @@ def triton_gradients(
             dt_bias=dt_bias,
             initial_states=initial_states,
             dfinal_states=dfinal_state,
+            seq_idx=seq_idx,
             dt_softplus=dt_softplus,
         )
     return (
@@ -131,17 +149,29 @@ def triton_gradients(
             g.to(t.dtype) if t is not None else x.new_empty(0)
             for g, t in ((dD, D), (ddt_bias, dt_bias), (dinit, initial_states))
         ),
+        x.new_empty(0),
     )
 
 
-def _gradients_fake(dy, dfinal_state, x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, y):
+def _gradients_fake(dy, dfinal_state, x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, seq_idx, y):
     optional = (torch.empty_like(t) if t is not None else x.new_empty(0) for t in (D, dt_bias, initial_states))
-    return tuple(torch.empty_like(t) for t in (x, dt, A, B, C)) + tuple(optional)
+    return tuple(torch.empty_like(t) for t in (x, dt, A, B, C)) + tuple(optional) + (x.new_empty(0),)
 
 
 # mamba_ssm takes strided views and copies what its kernels cannot read; y is kept for its backward
+def _input_gradients(grads, inputs):
+    """seq_idx's slot (the last) gets no gradient: the op's backward returns an empty tensor there."""
+    return (*grads[:-1], None)
+
+
 SSD = differentiable_op(
-    "mamba2_triton::ssd", triton_forward, ssd_forward_fake, triton_gradients, _gradients_fake, kept_outputs=(0,)
+    "mamba2_triton::ssd",
+    triton_forward,
+    ssd_forward_fake,
+    triton_gradients,
+    _gradients_fake,
+    _input_gradients,
+    kept_outputs=(0,),
 )
 ssd_fwd, ssd_bwd = SSD.forward_op, SSD.backward_op
 
@@ -157,7 +187,8 @@ def ssd_triton(
     dt_bias: Tensor | None = None,
     dt_softplus: bool = False,
     initial_states: Tensor | None = None,
+    seq_idx: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The triton backend of `kernels.ssd`: y (b, l, h, p) in x's dtype and final_state (b, h, p, n) float32,
-    differentiable."""
-    return SSD(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states)
+    differentiable (seq_idx: mamba_ssm's document ids, no gradient)."""
+    return SSD(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, seq_idx)

@@ -89,7 +89,7 @@ class LanguageModel(L.LightningModule):
 
     # -- steps --------------------------------------------------------------------------------------
     def _loss(self, batch: dict) -> torch.Tensor:
-        return next_token_loss(self.model, batch["input_ids"])
+        return next_token_loss(self.model, batch["input_ids"], batch.get("seq_idx"))
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         loss = self._loss(batch)

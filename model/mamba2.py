@@ -80,13 +80,15 @@ def _implementation(name: str, cutile: Callable[[], Callable[..., Tensor]], torc
     return auto
 
 
-def _torch_conv_parts(x: Tensor, weight: Tensor, bias: Tensor | None, sizes: list[int]) -> tuple[Tensor, ...]:
-    return causal_conv1d_silu(x, weight, bias).split(sizes, dim=-1)  # views; fused by torch.compile
+def _torch_conv_parts(
+    x: Tensor, weight: Tensor, bias: Tensor | None, sizes: list[int], seq_idx: Tensor | None = None
+) -> tuple[Tensor, ...]:
+    return causal_conv1d_silu(x, weight, bias, seq_idx).split(sizes, dim=-1)  # views; fused by torch.compile
 
 
 def conv_implementation(name: str) -> Callable[..., tuple[Tensor, ...]]:
-    """The causal conv + SiLU of `name` (Mamba2Config.conv_backend): (x (b, l, c), weight (c, k), bias, sizes)
-    -> y split along channels into parts of `sizes` (x, B, C). The cutile op returns the parts as separate
+    """The causal conv + SiLU of `name` (Mamba2Config.conv_backend): (x (b, l, c), weight (c, k), bias, sizes,
+    seq_idx=None) -> y split along channels into parts of `sizes` (x, B, C); no tap crosses a document of seq_idx. The cutile op returns the parts as separate
     tensors and takes their gradients separately: no cat of the SSD's dx, dB, dC before the conv's backward."""
     return _implementation(name, _cutile_conv, _torch_conv_parts)
 
@@ -240,12 +242,13 @@ class Mamba2Block(nn.Module):
     def _split_xbc(self, xbc: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         return xbc.split(self._xbc_sizes, dim=-1)
 
-    def forward(self, u: Tensor) -> Tensor:
-        """u: (b, l, d_model) -> (b, l, d_model)."""
+    def forward(self, u: Tensor, seq_idx: Tensor | None = None) -> Tensor:
+        """u: (b, l, d_model) -> (b, l, d_model); seq_idx (b, l) int32 document ids: no state or conv tap crosses
+        from one document into the next."""
         cfg = self.cfg
         b, l, _ = u.shape
         z, xbc, dt = split_linear(u, self.in_proj.weight, self._in_proj_sizes)
-        x, B, C = self.conv(xbc, self.conv1d.weight[:, 0], self.conv1d.bias, self._xbc_sizes)
+        x, B, C = self.conv(xbc, self.conv1d.weight[:, 0], self.conv1d.bias, self._xbc_sizes, seq_idx=seq_idx)
         y = kernels.ssd(
             x.reshape(b, l, cfg.nheads, cfg.headdim),
             dt,
@@ -256,6 +259,7 @@ class Mamba2Block(nn.Module):
             D=self.D,
             dt_bias=self.dt_bias,
             dt_softplus=True,
+            seq_idx=seq_idx,
             backend=self.ssd_backend,
             backward=self.ssd_backward,
         )
@@ -309,12 +313,13 @@ class Mamba2LM(nn.Module):
             with torch.no_grad():
                 layer.out_proj.weight /= math.sqrt(cfg.n_layer)
 
-    def forward(self, tokens: Tensor, targets: Tensor | None = None) -> Tensor:
+    def forward(self, tokens: Tensor, targets: Tensor | None = None, seq_idx: Tensor | None = None) -> Tensor:
         """tokens (b, l) -> logits (b, l, vocab); with targets (b, l): the mean cross-entropy, a float32
-        scalar, computed `cfg.loss_chunk` tokens at a time (no (b, l, vocab) logits)."""
+        scalar, computed `cfg.loss_chunk` tokens at a time (no (b, l, vocab) logits). seq_idx (b, l) int32: the
+        document of each token in packed rows (non-decreasing); each document is modelled as if alone."""
         h = self.embedding(tokens)
         for norm, layer in zip(self.norms, self.layers):
-            h = h + layer(norm(h))
+            h = h + layer(norm(h), seq_idx)
         h = self.norm_f(h)
         if targets is None:
             return F.linear(h, self.embedding.weight)
@@ -334,7 +339,8 @@ class Mamba2LM(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def next_token_loss(model: Mamba2LM, tokens: Tensor) -> Tensor:
-    """Mean cross-entropy of predicting tokens[:, 1:] from tokens[:, :-1]; tokens (b, l + 1) -> scalar."""
+def next_token_loss(model: Mamba2LM, tokens: Tensor, seq_idx: Tensor | None = None) -> Tensor:
+    """Mean cross-entropy of predicting tokens[:, 1:] from tokens[:, :-1]; tokens (b, l + 1) -> scalar. seq_idx
+    (b, l) int32: the documents of the inputs tokens[:, :-1] (see data.tokenizer.document_ids), or None."""
     tokens = tokens.long()
-    return model(tokens[:, :-1], tokens[:, 1:])
+    return model(tokens[:, :-1], tokens[:, 1:], seq_idx)

@@ -87,12 +87,11 @@ def mock_call(shape: bench_kernels.Shape) -> Callable[[], object]:
     from kernels.cutile import ssd
 
     inputs = bench_kernels.make_inputs(shape, "cpu", requires_grad=True)
-    leaves = list(inputs.values())
-    x, dt, A, B, C, D, dt_bias = (inputs[k] for k in ("x", "dt", "A", "B", "C", "D", "dt_bias"))
+    x, dt, A, B, C, D, dt_bias = leaves = [inputs[k] for k in ("x", "dt", "A", "B", "C", "D", "dt_bias")]
     dy = torch.randn_like(x)
 
     def call():
-        y, _ = ssd.ssd_cutile(x, dt, A, B, C, shape.chunk_size, D, dt_bias, True, None, "cutile")
+        y, _ = ssd.ssd_cutile(x, dt, A, B, C, shape.chunk_size, D, dt_bias, True, None, None, "cutile")
         return torch.autograd.grad(y, leaves, dy)
 
     return call

@@ -8,6 +8,10 @@ fp32 registers
     dB    += (exp(G_end − G) dt) ∘ (x Ĝ)            Ĝ the gradient of the state leaving it (bwd_pass_state)
 and per head stores da_inter_j = Σ_{t>=j} q_t + exp(G_end) <Ĝ, S>, q_t = C_t · (exp(G_t) S dy_t).
 After the heads: dC += dCB_Σ B and dB += dCB_Σᵀ C, two more products (C·Bᵀ is shared by the group).
+With document boundaries (seq_idx, HAS_SEQ_IDX) the forward's masks: L is 0 between tokens of different documents,
+exp(G) (dC's inter term, q) is 0 on tokens not in the previous chunk's last document, exp(G_end − G) (dB's state
+term) on tokens not in the chunk's last document, and exp(G_end) <Ĝ, S> is 0 where the chunk does not end in the
+previous chunk's last document (the state entering it is cut).
 Splitting the state columns over programs shrinks each program's accumulators and state tiles; dCB_Σ is
 then recomputed per block (it needs no state), and da_inter, a sum over the state columns, is written
 per block and summed on the host. With bf16 inputs (BF16_MMA, as mamba_ssm does) the two per-head products
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 import cuda.tile as ct
 import torch
 
-from kernels.cutile.fwd_pass_state import states_array
+from kernels.cutile.fwd_pass_state import document_before, documents, states_array, within
 from kernels.cutile.launch import (
     BACKWARD_CHUNK,
     TF,
@@ -36,10 +40,11 @@ from kernels.cutile.launch import (
     ConstInt,
     launch,
     next_pow2,
+    seq_idx_args,
     shape_key,
     with_hints,
 )
-from kernels.cutile.signature import DTYPES, Specialization, array, hinted, kernel_signature, scalar
+from kernels.cutile.signature import DTYPES, Specialization, array, hinted, kernel_signature, scalar, seq_idx_params
 
 
 @ct.kernel
@@ -62,6 +67,8 @@ def bwd_dbc_kernel(
     TILE_N: ConstInt,
     TF32: ConstBool,
     BF16_MMA: ConstBool,
+    seq_idx,  # (b, l) int32 document ids (ignored unless HAS_SEQ_IDX; last: launch.seq_idx_args)
+    HAS_SEQ_IDX: ConstBool,
 ):
     bg = ct.bid(0)
     bi = bg // NGROUPS
@@ -72,6 +79,13 @@ def bwd_dbc_kernel(
     ck = ct.load(C, index=(bi, k, gi, ni), shape=(1, Q, 1, TILE_N), padding_mode=ZERO).reshape((Q, TILE_N))
     c32 = ck.astype(ct.float32)
     causal = ct.arange(Q, dtype=ct.int32).reshape((Q, 1)) >= ct.arange(Q, dtype=ct.int32).reshape((1, Q))
+    from_prev, to_last, carried = None, None, None  # with seq_idx, where a term counts: (Q, 1), (Q, 1), (1, 1)
+    if HAS_SEQ_IDX:
+        doc = documents(seq_idx, bi, k * Q, Q).reshape((Q, 1))
+        before = document_before(seq_idx, bi, k * Q).reshape((1, 1))
+        last = ct.extract(doc, index=(Q - 1, 0), shape=(1, 1))
+        causal = causal & (doc == doc.reshape((1, Q)))  # and within one document
+        from_prev, to_last, carried = doc == before, doc == last, last == before
     dcb = ct.zeros((Q, Q), dtype=ct.float32)
     dc_acc = ct.zeros((Q, TILE_N), dtype=ct.float32)
     db_acc = ct.zeros((Q, TILE_N), dtype=ct.float32)
@@ -99,18 +113,20 @@ def bwd_dbc_kernel(
             scores = ct.mma(dyk, ct.transpose(xk), ct.zeros((Q, Q), dtype=ct.float32))
         dcb = dcb + scores * decay * d.reshape((1, Q))
         # (1, 1), fp32: the tiles widened first (no operation on float32 states)
-        passing = ct.exp(g_end) * ct.sum(grad.astype(ct.float32) * state.astype(ct.float32), keepdims=True)
+        passed = ct.sum(grad.astype(ct.float32) * state.astype(ct.float32), keepdims=True)
+        passing = within(ct.exp(g_end), carried, HAS_SEQ_IDX) * passed
         if BF16_MMA:
-            inter = ct.mma(dyk, state.astype(ct.bfloat16), ct.zeros((Q, TILE_N), dtype=ct.float32)) * ct.exp(g)
+            inter = ct.mma(dyk, state.astype(ct.bfloat16), ct.zeros((Q, TILE_N), dtype=ct.float32))
         else:
-            inter = ct.mma(dyk.astype(TF), state.astype(TF), ct.zeros((Q, TILE_N), dtype=ct.float32)) * ct.exp(g)
+            inter = ct.mma(dyk.astype(TF), state.astype(TF), ct.zeros((Q, TILE_N), dtype=ct.float32))
+        inter = inter * within(ct.exp(g), from_prev, HAS_SEQ_IDX)
         dc_acc = dc_acc + inter
         q = ct.sum(c32 * inter, axis=1, keepdims=True)  # (Q, 1)
         if BF16_MMA:
             into_state = ct.mma(xk, grad.astype(ct.bfloat16), ct.zeros((Q, TILE_N), dtype=ct.float32))
         else:
             into_state = ct.mma(xk.astype(TF), grad.astype(TF), ct.zeros((Q, TILE_N), dtype=ct.float32))
-        db_acc = db_acc + into_state * (ct.exp(g_end - g) * d)
+        db_acc = db_acc + into_state * (within(ct.exp(g_end - g), to_last, HAS_SEQ_IDX) * d)
         da = ct.cumsum(q, axis=0, reverse=True) + passing
         ct.store(da_inter, index=(ni, bi, hi, k), tile=da.reshape((1, 1, 1, Q)))
     if BF16_MMA:  # dCB_Σ rounded to bf16, B and C bf16 as loaded
@@ -143,20 +159,24 @@ def aot_signatures() -> Iterator[Specialization]:
     """The specializations CI compiles, all state columns in one program (DbcConfig's default) with its hints: at
     the backward's chunk size bf16 at head dim 64 and state 128, at head dim 128 and state 64, float32 at 64 and 64;
     and at the chunks of 16 and 32 that smaller forward chunks give (where tileiras 13.4 failed to schedule one
-    form of the kernel)."""
+    form of the kernel); then with seq_idx, bf16 at 64 and 128 and float32 at 64 and 64, at the backward's chunk
+    size, and float32 at chunk 16."""
     f32 = ct.float32
     chunk = BACKWARD_CHUNK
     cases = [("bfloat16", chunk, 64, 128), ("bfloat16", chunk, 128, 64), ("float32", chunk, 64, 64)]
     cases += [("float32", 16, 64, 64), ("bfloat16", 32, 64, 64)]
+    cases = [(*case, False) for case in cases]
+    cases += [("bfloat16", chunk, 64, 128, True), ("float32", chunk, 64, 64, True), ("float32", 16, 64, 64, True)]
     cfg = DbcConfig()
-    for name, q, tile_p, tile_n in cases:
+    for name, q, tile_p, tile_n, has_seq_idx in cases:
         dtype, states = DTYPES[name], states_array(name)
+        label = f"bwd_dbc[{name},Q={q},P={tile_p},N={tile_n}" + (",seq_idx]" if has_seq_idx else "]")
         yield (
-            *hinted(f"bwd_dbc[{name},Q={q},P={tile_p},N={tile_n}]", bwd_dbc_kernel, cfg.occupancy, cfg.worker_warps),
+            *hinted(label, bwd_dbc_kernel, cfg.occupancy, cfg.worker_warps),
             kernel_signature(
                 [array(dtype, 4)] * 4
                 + [array(f32, 3), array(f32, 3), states, states, array(dtype, 4), array(dtype, 4), array(f32, 4)]
-                + [scalar(), 2, q, tile_p, tile_n, name == "float32", name == "bfloat16"]
+                + [scalar(), 2, q, tile_p, tile_n, name == "float32", name == "bfloat16", *seq_idx_params(has_seq_idx)]
             ),
         )
 
@@ -170,6 +190,7 @@ def bwd_dbc(
     dA_cumsum: torch.Tensor,
     chunk_states: torch.Tensor,
     dstates: torch.Tensor,
+    seq_idx: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward stage 3 on the GPU. Same contract as `kernels.reference_backward.bwd_dbc`, dB and dC in B's dtype.
 
@@ -177,6 +198,7 @@ def bwd_dbc(
         x, dy: (b, l, h, p).  B, C: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) float32.
         chunk_states, dstates: (b, c, h, p, n) from `fwd_pass_state` and `bwd_pass_state`, each bfloat16 with
             bfloat16 inputs, float32 otherwise.
+        seq_idx: (b, l) int32 document ids, contiguous, non-decreasing along each row, or None.
     Returns:
         dB, dC: (b, l, g, n) in B's dtype.  da_inter: (b, h, c, Q) float32.
     """
@@ -186,6 +208,7 @@ def bwd_dbc(
     dB = torch.empty_like(B, memory_format=torch.contiguous_format)
     dC = torch.empty_like(C, memory_format=torch.contiguous_format)
     rows = (b, h, nchunks * chunk_size)
+    ids = seq_idx_args(seq_idx, dt_out.view(rows))
     da_inter_blocks: dict[DbcConfig, torch.Tensor] = {}  # (blocks, b, h, c * Q) per configuration launched
 
     def spec(cfg: DbcConfig) -> tuple[tuple[int, ...], object, tuple]:
@@ -195,10 +218,10 @@ def bwd_dbc(
             da_inter_blocks[cfg] = dt_out.new_empty((blocks,) + rows)
         out = da_inter_blocks[cfg]
         args = (x, dy, B, C, dt_out.view(rows), dA_cumsum.view(rows), chunk_states, dstates, dB, dC, out)
-        args += (h // g, g, chunk_size, next_pow2(p), tile_n, x.dtype == torch.float32, x.dtype == torch.bfloat16)
+        args += (h // g, g, chunk_size, next_pow2(p), tile_n, x.dtype == torch.float32, x.dtype == torch.bfloat16, *ids)
         return (b * g, nchunks, blocks), with_hints(bwd_dbc_kernel, cfg.occupancy, cfg.worker_warps), args
 
-    cfg = launch("bwd_dbc", shape_key(x, B, chunk_size), DbcConfig(), dbc_space, spec, x.device)
+    cfg = launch("bwd_dbc", shape_key(x, B, chunk_size, seq_idx), DbcConfig(), dbc_space, spec, x.device)
     out = da_inter_blocks[cfg]
     da_inter = out.sum(0) if out.shape[0] > 1 else out[0]
     return dB, dC, da_inter.view_as(dt_out)

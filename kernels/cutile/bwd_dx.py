@@ -10,6 +10,9 @@ does not; eight chunks at occupancy 2 is the fastest measured at the seed shape,
     dx  = dt ∘ dx̃ + D dy;   ddt_dir = rows of x ∘ dx̃;   r = dt ∘ rows of x ∘ (e ∘ B Ĝᵀ)
     R   = (dy xᵀ) ∘ L ∘ dt_s ∘ CB
     da_intra_j = Σ_{t>=j} Σ_{s<j} R[t, s] + Σ_{s<j} r_s        (stable: nothing summed is later subtracted)
+With document boundaries (seq_idx, HAS_SEQ_IDX) L is also 0 between tokens of different documents (masked with the
+causal mask, before the exponential), and e_s is 0 for tokens not in the chunk's last document (they add nothing to
+the state leaving it): dx̃, R and r, and so da_intra, carry the masks from there.
 Products of raw inputs run on the input dtype (TF32 for float32 inputs); K and Ĝ enter their products in bf16
 when the inputs are bf16 (BF16_MMA, as mamba_ssm does: K rounded from fp32, dy as loaded; bwd_pass_state then
 stores Ĝ in bf16, and it enters the product as loaded), TF32 otherwise; everything summed accumulates in fp32.
@@ -31,7 +34,7 @@ import cuda.tile as ct
 import torch
 
 from kernels.cutile.chunk_cumsum import LOG2E
-from kernels.cutile.fwd_pass_state import states_array
+from kernels.cutile.fwd_pass_state import documents, states_array
 from kernels.cutile.launch import (
     BACKWARD_CHUNK,
     TF,
@@ -40,10 +43,11 @@ from kernels.cutile.launch import (
     ConstInt,
     launch,
     next_pow2,
+    seq_idx_args,
     shape_key,
     with_hints,
 )
-from kernels.cutile.signature import DTYPES, Specialization, array, hinted, kernel_signature, scalar
+from kernels.cutile.signature import DTYPES, Specialization, array, hinted, kernel_signature, scalar, seq_idx_params
 
 
 @ct.kernel
@@ -71,6 +75,8 @@ def bwd_dx_kernel(
     G_LOG2: ConstBool,
     CHUNKS: ConstInt,  # chunks a program takes in turn
     last_chunk: int,
+    seq_idx,  # (b, l) int32 document ids (ignored unless HAS_SEQ_IDX; last: launch.seq_idx_args)
+    HAS_SEQ_IDX: ConstBool,
 ):
     bh = ct.bid(0)
     bi = bh // NHEADS
@@ -108,8 +114,13 @@ def bwd_dx_kernel(
             x_mm, dy_mm, b_mm, c_mm = xk, dyk, bk, ck
         # Every chunk x chunk tile is indexed [s, t] (source token, target token), so no computed tile is
         # transposed: Kᵀ[s, t] = B_s · C_t exp(G_t − G_s) for t >= s (masked before the exponential).
+        causal = cols >= rows
+        doc = None  # the tokens' document ids, with seq_idx
+        if HAS_SEQ_IDX:
+            doc = documents(seq_idx, bi, k * Q, Q).reshape((Q, 1))
+            causal = causal & (doc == doc.reshape((1, Q)))  # and within one document
         kt = ct.mma(b_mm, ct.transpose(c_mm), ct.zeros((Q, Q), dtype=ct.float32))
-        kt = kt * ct.exp2(ct.where(cols >= rows, g_row - g, -float("inf")))
+        kt = kt * ct.exp2(ct.where(causal, g_row - g, -float("inf")))
         x32 = xk.astype(ct.float32)
         dy32 = dyk.astype(ct.float32)
 
@@ -118,7 +129,10 @@ def bwd_dx_kernel(
             dxt = ct.mma(bk, ct.transpose(grad.astype(ct.bfloat16)), ct.zeros((Q, TILE_P), dtype=ct.float32))
         else:
             dxt = ct.mma(bk.astype(TF), ct.transpose(grad.astype(TF)), ct.zeros((Q, TILE_P), dtype=ct.float32))
-        dxt = dxt * ct.exp2(g_end - g)
+        to_end = ct.exp2(g_end - g)  # e_s
+        if HAS_SEQ_IDX:  # only tokens of the chunk's last document reach the state leaving it
+            to_end = ct.where(doc == ct.extract(doc, index=(Q - 1, 0), shape=(1, 1)), to_end, 0.0)
+        dxt = dxt * to_end
         r = d * ct.sum(x32 * dxt, axis=1, keepdims=True)  # (Q, 1)
         if BF16_MMA:  # K rounded to bf16, dy bf16 as loaded
             dxt = ct.mma(kt.astype(ct.bfloat16), dyk, dxt)
@@ -168,19 +182,22 @@ def dx_space(dtype: torch.dtype = torch.bfloat16) -> list[DxConfig]:
 def aot_signatures() -> Iterator[Specialization]:
     """The specializations CI compiles, at the backward's chunk size with each dtype's default hints and chunks a
     program: float32 (TF32 products) at head dim 64 and state 64 without D; bf16 at 64 and 128 with D, at 128 and 64
-    without. float16 is not among them: it takes bf16's code path with BF16_MMA off, the products with fp32-formed
-    operands in TF32. float32's comes first, the one the default test run compiles: the bf16 default's loop over
-    eight chunks is the slowest of all the kernels' builds to compile at sm_90."""
+    without; then with seq_idx, float32 and bf16 at 64 and 128 with D. float16 is not among them: it takes bf16's
+    code path with BF16_MMA off, the products with fp32-formed operands in TF32. float32's comes first, the one the
+    default test run compiles: the bf16 default's loop over eight chunks is the slowest of all the kernels' builds to
+    compile at sm_90."""
     f32 = ct.float32
     chunk = BACKWARD_CHUNK
-    for name, tile_p, tile_n, has_d in (
-        ("float32", 64, 64, False),
-        ("bfloat16", 64, 128, True),
-        ("bfloat16", 128, 64, False),
+    for name, tile_p, tile_n, has_d, has_seq_idx in (
+        ("float32", 64, 64, False, False),
+        ("bfloat16", 64, 128, True, False),
+        ("bfloat16", 128, 64, False, False),
+        ("float32", 64, 64, True, True),
+        ("bfloat16", 64, 128, True, True),
     ):
         dtype, bf16 = DTYPES[name], name == "bfloat16"
         cfg = default_dx_config(getattr(torch, name))
-        label = f"bwd_dx[{name},Q={chunk},P={tile_p},N={tile_n},D={has_d}]"
+        label = f"bwd_dx[{name},Q={chunk},P={tile_p},N={tile_n},D={has_d}" + (",seq_idx]" if has_seq_idx else "]")
         yield (
             *hinted(label, bwd_dx_kernel, cfg.occupancy, cfg.worker_warps),
             kernel_signature(
@@ -188,7 +205,7 @@ def aot_signatures() -> Iterator[Specialization]:
                 + [array(f32, 3), array(f32, 3), states_array(name), array(f32, 1), array(dtype, 4)]
                 + [array(f32, 3)] * 2
                 + [array(f32, 2), 8, 4, chunk, tile_p, tile_n, has_d, name == "float32", bf16, bf16]
-                + [cfg.chunks, scalar()]
+                + [cfg.chunks, scalar(), *seq_idx_params(has_seq_idx)]
             ),
         )
 
@@ -202,6 +219,7 @@ def bwd_dx(
     dA_cumsum: torch.Tensor,
     dstates: torch.Tensor,
     D: torch.Tensor | None = None,
+    seq_idx: torch.Tensor | None = None,
     dA_log2: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Backward stage 2 on the GPU. Same contract as `kernels.reference_backward.bwd_dx`, dx in x's dtype.
@@ -210,6 +228,7 @@ def bwd_dx(
         x, dy: (b, l, h, p).  B, C: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) float32.
         dstates: (b, c, h, p, n) from `bwd_pass_state`: bfloat16 with bfloat16 inputs, float32 otherwise.
         D: (h,) or None.
+        seq_idx: (b, l) int32 document ids, contiguous, non-decreasing along each row, or None.
         dA_log2: (b, h, c, Q) float32, dA_cumsum·log2(e) (`chunk_cumsum_log2`), read with bf16 inputs; None: the
             host scales dA_cumsum then (one elementwise launch more).
     Returns:
@@ -231,13 +250,14 @@ def bwd_dx(
     else:
         dA_g = dA_cumsum * LOG2E if dA_log2 is None else dA_log2
     outs = (dx, ddt_dir.view(rows), da_intra.view(rows), dD_part)
+    ids = seq_idx_args(seq_idx, dt_out.view(rows))
 
     def spec(cfg: DxConfig) -> tuple[tuple[int, ...], object, tuple]:
         args = (x, dy, B, C, dt_out.view(rows), dA_g.view(rows), dstates, D32, *outs, h, h // g, chunk_size)
         args += (next_pow2(p), next_pow2(n), D is not None, x.dtype == torch.float32, x.dtype == torch.bfloat16, g_log2)
-        args += (cfg.chunks, nchunks - 1)
+        args += (cfg.chunks, nchunks - 1, *ids)
         return (b * h, -(-nchunks // cfg.chunks)), with_hints(bwd_dx_kernel, cfg.occupancy, cfg.worker_warps), args
 
-    key = shape_key(x, B, chunk_size)
+    key = shape_key(x, B, chunk_size, seq_idx)
     launch("bwd_dx", key, default_dx_config(x.dtype), lambda: dx_space(x.dtype), spec, x.device)
     return dx, ddt_dir, da_intra, None if D is None else dD_part

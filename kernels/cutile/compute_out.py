@@ -17,6 +17,9 @@ registers for Q = 256 and skips the blocks above the diagonal.
 With bf16 inputs D x_t joins the last product: D sits on the diagonal of the diagonal block's scores (whose x_s is
 x_t), rounded to bf16 with them, so x_t is loaded once: faster, for a slightly larger error (docs/kernels.md,
 compute_out). Other inputs add D x_t in float32 (in TF32 their error would grow tenfold).
+With document boundaries (seq_idx, HAS_SEQ_IDX) a pair (t, s) counts only inside one document (masked with the
+causal mask, before the exponential), and the carried state reaches row t only if t belongs to the previous chunk's
+last document (exp(G_t) is 0 on the others).
 """
 
 from __future__ import annotations
@@ -28,9 +31,9 @@ import cuda.tile as ct
 import torch
 
 from kernels.cutile.chunk_cumsum import LOG2E
-from kernels.cutile.fwd_pass_state import states_array
-from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, next_pow2, shape_key, with_hints
-from kernels.cutile.signature import DTYPES, Specialization, array, hinted, kernel_signature, scalar
+from kernels.cutile.fwd_pass_state import document_before, documents, states_array
+from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, next_pow2, seq_idx_args, shape_key, with_hints
+from kernels.cutile.signature import DTYPES, Specialization, array, hinted, kernel_signature, scalar, seq_idx_params
 
 
 @ct.function
@@ -63,6 +66,8 @@ def compute_out_kernel(
     BF16_MMA: ConstBool,
     BLOCKS: ConstInt,  # token blocks a program takes in turn
     nblocks: int,  # token blocks of the sequence
+    seq_idx,  # (b, l) int32 document ids (ignored unless HAS_SEQ_IDX; last: launch.seq_idx_args)
+    HAS_SEQ_IDX: ConstBool,
 ):
     bh = ct.bid(0)
     bi = bh // NHEADS
@@ -89,7 +94,13 @@ def compute_out_kernel(
             acc = ct.mma(c_t, ct.transpose(s.astype(ct.bfloat16)), ct.zeros((TILE_T, TILE_P), dtype=ct.float32))
         else:
             acc = ct.mma(c_tf, ct.transpose(s.astype(ct.tfloat32)), ct.zeros((TILE_T, TILE_P), dtype=ct.float32))
-        acc = acc * ct.exp2(g_t)
+        from_start = ct.exp2(g_t)
+        doc_t = None  # the rows' document ids, with seq_idx
+        if HAS_SEQ_IDX:
+            doc_t = documents(seq_idx, bi, tb * TILE_T, TILE_T).reshape((TILE_T, 1))
+            before = document_before(seq_idx, bi, k * Q).reshape((1, 1))
+            from_start = ct.where(doc_t == before, from_start, 0.0)
+        acc = acc * from_start
 
         if TF32_CB:
             c_mm = c_tf
@@ -111,7 +122,10 @@ def compute_out_kernel(
                 b_mm = b_s
             cb = ct.mma(c_mm, ct.transpose(b_mm), ct.zeros((TILE_T, TILE_T), dtype=ct.float32))
             s_idx = sb * TILE_T + ct.arange(TILE_T, dtype=ct.int32).reshape((1, TILE_T))
-            log_decay = ct.where(t_idx >= s_idx, g_t - g_s, -float("inf"))
+            pairs = t_idx >= s_idx
+            if HAS_SEQ_IDX:
+                pairs = pairs & (doc_t == documents(seq_idx, bi, sb * TILE_T, TILE_T).reshape((1, TILE_T)))
+            log_decay = ct.where(pairs, g_t - g_s, -float("inf"))
             scores = cb * ct.exp2(log_decay) * d_s
             if BF16_MMA:
                 # D x_t as D on the diagonal of the diagonal block's scores, whose x_s is x_t: one load of x_t
@@ -164,27 +178,39 @@ def search_space(chunk_size: int, headdim: int) -> list[OutConfig]:
 def aot_signatures() -> Iterator[Specialization]:
     """The specializations CI compiles, in every dtype, with D, at each dtype's default occupancy: first the seed
     shape's default (bf16: default_out_config, two token blocks a program), then chunks of 64, 128 and 256 over one
-    block, and state 64's tuned choice (64-token tiles at occupancy 4)."""
-    f32 = ct.float32
-    for name, dtype in DTYPES.items():
-        default = default_out_config(getattr(torch, name)).occupancy
+    block, and state 64's tuned choice (64-token tiles at occupancy 4); then with seq_idx: the bf16 default, and
+    float32's chunk 64 and (64-token tiles over chunks of 256) chunk 256."""
+    cases = [
+        (name, chunk, tile_t, tile_p, tile_n, blocks, occupancy, False)
+        for name in DTYPES
         for chunk, tile_t, tile_p, tile_n, blocks, occupancy in (
-            (128, 128, 64, 128, 2, default),
-            (64, 64, 64, 64, 1, default),
-            (128, 128, 64, 128, 1, default),
+            (128, 128, 64, 128, 2, None),
+            (64, 64, 64, 64, 1, None),
+            (128, 128, 64, 128, 1, None),
             (128, 64, 64, 64, 2, 4),
-            (256, 64, 128, 128, 1, default),
-        ):
-            label = f"compute_out[{name},Q={chunk},T={tile_t},P={tile_p},N={tile_n},blocks={blocks}]"
-            yield (
-                *hinted(label, compute_out_kernel, occupancy),
-                kernel_signature(
-                    [array(dtype, 4), array(dtype, 4), array(dtype, 4), array(f32, 3), array(f32, 3)]
-                    + [states_array(name), array(f32, 1), array(dtype, 4)]
-                    + [8, 4, chunk, tile_t, tile_p, tile_n, True, name == "float32", 4, name == "bfloat16", blocks]
-                    + [scalar()]
-                ),
-            )
+            (256, 64, 128, 128, 1, None),
+        )
+    ]
+    cases += [
+        ("bfloat16", 128, 128, 64, 128, 2, None, True),
+        ("float32", 64, 64, 64, 64, 1, None, True),
+        ("float32", 256, 64, 128, 128, 1, None, True),
+    ]
+    f32 = ct.float32
+    for name, chunk, tile_t, tile_p, tile_n, blocks, occupancy, has_seq_idx in cases:
+        dtype = DTYPES[name]
+        occupancy = occupancy or default_out_config(getattr(torch, name)).occupancy
+        label = f"compute_out[{name},Q={chunk},T={tile_t},P={tile_p},N={tile_n},blocks={blocks}"
+        label += ",seq_idx]" if has_seq_idx else "]"
+        yield (
+            *hinted(label, compute_out_kernel, occupancy),
+            kernel_signature(
+                [array(dtype, 4), array(dtype, 4), array(dtype, 4), array(f32, 3), array(f32, 3)]
+                + [states_array(name), array(f32, 1), array(dtype, 4)]
+                + [8, 4, chunk, tile_t, tile_p, tile_n, True, name == "float32", 4, name == "bfloat16", blocks]
+                + [scalar(), *seq_idx_params(has_seq_idx)]
+            ),
+        )
 
 
 def compute_out(
@@ -195,6 +221,7 @@ def compute_out(
     dA_cumsum: torch.Tensor,
     chunk_states: torch.Tensor,
     D: torch.Tensor | None = None,
+    seq_idx: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Stage 3 on the GPU. Same contract as `kernels.reference.compute_out`, y in x's dtype.
 
@@ -202,6 +229,7 @@ def compute_out(
         x: (b, l, h, p).  B, C: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) float32.
         chunk_states: (b, c, h, p, n) from `fwd_pass_state`: bfloat16 with bfloat16 inputs, float32 otherwise.
         D: (h,) or None.
+        seq_idx: (b, l) int32 document ids, contiguous, non-decreasing along each row, or None.
     Returns:
         y: (b, l, h, p) in x's dtype.
     """
@@ -211,16 +239,17 @@ def compute_out(
     y = torch.empty((b, seqlen, h, p), device=x.device, dtype=x.dtype)
     D32 = None if D is None else D.to(torch.float32).contiguous()
     rows = (b, h, nchunks * chunk_size)
+    dt_rows = dt_out.view(rows)
 
     def spec(cfg: OutConfig) -> tuple[tuple[int, ...], object, tuple]:
         tile_t = min(cfg.TILE_T, chunk_size)
         nblocks = -(-seqlen // tile_t)
         grid = (b * h, -(-nblocks // cfg.blocks), -(-p // cfg.TILE_P))
-        args = (x, B, C, dt_out.view(rows), dA_cumsum.view(rows), chunk_states, dt_out if D32 is None else D32, y)
+        args = (x, B, C, dt_rows, dA_cumsum.view(rows), chunk_states, dt_out if D32 is None else D32, y)
         args += (h, h // g, chunk_size, tile_t, cfg.TILE_P, next_pow2(n, 1), D is not None, x.dtype == torch.float32)
-        args += (cfg.latency, x.dtype == torch.bfloat16, cfg.blocks, nblocks)
+        args += (cfg.latency, x.dtype == torch.bfloat16, cfg.blocks, nblocks, *seq_idx_args(seq_idx, dt_rows))
         return grid, with_hints(compute_out_kernel, cfg.occupancy), args
 
-    key = shape_key(x, B, chunk_size)
+    key = shape_key(x, B, chunk_size, seq_idx)
     launch("compute_out", key, default_out_config(x.dtype), lambda: search_space(chunk_size, p), spec, x.device)
     return y

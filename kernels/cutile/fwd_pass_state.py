@@ -37,8 +37,42 @@ import cuda.tile as ct
 import torch
 from cuda.tile.compilation import ArrayConstraint
 
-from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, shape_key, with_hints
-from kernels.cutile.signature import DTYPES, Specialization, array, cutile_dtype, hinted, kernel_signature
+from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, seq_idx_args, shape_key, with_hints
+from kernels.cutile.signature import (
+    DTYPES,
+    Specialization,
+    array,
+    cutile_dtype,
+    hinted,
+    kernel_signature,
+    seq_idx_params,
+)
+
+
+@ct.function
+def documents(seq_idx, bi, first, T):
+    """Row bi's document ids of tokens first … first + T − 1, (T,) int32, from seq_idx (b, l) int32: a token past the
+    row's end takes the last token's id (a padded seq_idx repeats it), so a chunk's last position holds its last
+    real token's document. A device function, inlined into the kernels that take seq_idx."""
+    tokens = ct.minimum(first + ct.arange(T, dtype=ct.int32), seq_idx.shape[1] - 1)
+    return ct.gather(seq_idx, (bi, tokens), check_bounds=False)
+
+
+@ct.function
+def document_before(seq_idx, bi, first):
+    """Row bi's document id of token first − 1, (1,) int32: the previous chunk's last document for a chunk starting
+    at `first`, and 0 for first = 0 (the initial state belongs to document 0; the gather pads index −1 with 0). A
+    device function, inlined."""
+    return ct.gather(seq_idx, (bi, first - 1 + ct.zeros((1,), dtype=ct.int32)))
+
+
+@ct.function
+def within(value, keep, HAS_SEQ_IDX):
+    """`value` where the bool tile `keep` holds and 0 elsewhere, with HAS_SEQ_IDX; without, `value` as it is (`keep`
+    unused), so the expression builds as it did before the mask. A device function, inlined."""
+    if HAS_SEQ_IDX:
+        return ct.where(keep, value, 0.0)
+    return value
 
 
 @ct.function
@@ -61,29 +95,39 @@ def walk_product(rows, weights, acc, TF32):
 
 
 @ct.function
-def chunk_product(gs, ds, xs, bs, s, Q, TF32, carried, ONTO):
+def chunk_product(gs, ds, xs, bs, s, Q, TF32, carried, ONTO, docs, before, HAS_SEQ_IDX):
     """Chunk s of an iteration's tiles, gs and ds (STEP·Q, 1) fp32, xs (STEP·Q, TILE_P), bs (STEP·Q, TILE_N) ->
-    (x_sᵀ (B_s * exp(G_end - G) * dt), G_end): the chunk's tokens' whole contribution to the state leaving it,
+    (x_sᵀ (B_s * exp(G_end - G) * dt), G_end, kept): the chunk's tokens' whole contribution to the state leaving it,
     (TILE_P, TILE_N) fp32, accumulated from zero, or with ONTO onto exp(G_end) * carried (the state leaving the
-    chunk); and its last cumulative log decay, (1, 1). Natural-log units with ct.exp: scaling g by log2(e) for exp2
-    made the walk slower (docs/kernels.md, fwd_pass_state). A device function, inlined."""
+    chunk); its last cumulative log decay, (1, 1); and, with HAS_SEQ_IDX, whether the state entering it is carried
+    through it (kept, (1, 1) bool; None without). With HAS_SEQ_IDX, docs (STEP·Q, 1) int32 are the tokens'
+    document ids (`documents`) and before (1, 1) the previous chunk's last one: only tokens of the chunk's last
+    document add, and the state entering it is kept only if the chunk ends in `before`'s document. Natural-log units
+    with ct.exp: scaling g by log2(e) for exp2 made the walk slower (docs/kernels.md, fwd_pass_state). A device
+    function, inlined."""
     g = ct.extract(gs, index=(s, 0), shape=(Q, 1))
     d = ct.extract(ds, index=(s, 0), shape=(Q, 1))
     xk = ct.extract(xs, index=(s, 0), shape=(Q, xs.shape[1]))
     bk = ct.extract(bs, index=(s, 0), shape=(Q, bs.shape[1]))
     g_end = ct.extract(g, index=(Q - 1, 0), shape=(1, 1))
-    weights = bk.astype(ct.float32) * (ct.exp(g_end - g) * d)  # B scaled by each token's decay to the chunk end
+    to_last, kept = None, None  # with seq_idx: the tokens of the chunk's last document (Q, 1), and kept
+    if HAS_SEQ_IDX:
+        doc = ct.extract(docs, index=(s, 0), shape=(Q, 1))
+        last = ct.extract(doc, index=(Q - 1, 0), shape=(1, 1))
+        to_last, kept = doc == last, last == before
+    # B scaled by each token's decay to the chunk end
+    weights = bk.astype(ct.float32) * within(ct.exp(g_end - g) * d, to_last, HAS_SEQ_IDX)
     if ONTO:
-        acc = carried * ct.exp(g_end)
+        acc = carried * within(ct.exp(g_end), kept, HAS_SEQ_IDX)
     else:
         acc = ct.zeros((xs.shape[1], bs.shape[1]), dtype=ct.float32)
-    return walk_product(xk, weights, acc, TF32), g_end
+    return walk_product(xk, weights, acc, TF32), g_end, kept
 
 
 @ct.function
 def forward_walk(
     x, B, dt_out, dA_cumsum, initial_states, chunk_states, final_state, bh, pj, nj, NHEADS, HEADS_PER_GROUP, Q, TILE_P,
-    TILE_N, HAS_INIT, TF32, LATENCY, STEP,
+    TILE_N, HAS_INIT, TF32, LATENCY, STEP, seq_idx, HAS_SEQ_IDX,
 ):  # fmt: skip
     """The walk of program (bh: batch·head, pj: head-dim tile, nj: state tile) over every chunk, the kernel's
     arguments as fwd_pass_state_kernel takes them. A device function: fwd_pass_state_kernel's body, and the forward
@@ -106,21 +150,26 @@ def forward_walk(
         bs = ct.load(B, index=(bi, j, gi, nj), shape=(1, tokens, 1, TILE_N), padding_mode=ZERO, latency=LATENCY)
         gs, ds = gs.reshape((tokens, 1)), ds.reshape((tokens, 1))
         xs, bs = xs.reshape((tokens, TILE_P)), bs.reshape((tokens, TILE_N))
+        docs, before, middle = None, None, None  # document ids: this iteration's tokens', the ones before its chunks
+        if HAS_SEQ_IDX:
+            docs = documents(seq_idx, bi, j * tokens, tokens).reshape((tokens, 1))
+            before = document_before(seq_idx, bi, j * tokens).reshape((1, 1))
+            middle = ct.extract(docs, index=(Q - 1, 0), shape=(1, 1))  # the first chunk's last (with STEP 2)
         entering = state.reshape((1, TILE_P, TILE_N))  # the states entering this iteration's chunks, in order
         if STEP == 1:
             # stored before the step, and the product accumulating onto the decayed state: held across the step, or
             # beside a product formed from zero, the state spills at 64 registers a thread (a 32 x 128 tile at
             # occupancy 4; docs/kernels.md, fwd_pass_state)
             store_states(chunk_states, entering, bi, j, hi, pj, nj)
-            state, _ = chunk_product(gs, ds, xs, bs, 0, Q, TF32, state, True)
+            state, _, _ = chunk_product(gs, ds, xs, bs, 0, Q, TF32, state, True, docs, before, HAS_SEQ_IDX)
         else:
             # both chunks' products first, each from zero: they wait on no state, and the carried state then takes
             # one multiply-add a chunk (docs/kernels.md, fwd_pass_state)
-            product0, g_end0 = chunk_product(gs, ds, xs, bs, 0, Q, TF32, state, False)
-            product1, g_end1 = chunk_product(gs, ds, xs, bs, 1, Q, TF32, state, False)
-            state = state * ct.exp(g_end0) + product0
+            product0, g_end0, kept0 = chunk_product(gs, ds, xs, bs, 0, Q, TF32, state, False, docs, before, HAS_SEQ_IDX)
+            product1, g_end1, kept1 = chunk_product(gs, ds, xs, bs, 1, Q, TF32, state, False, docs, middle, HAS_SEQ_IDX)
+            state = state * within(ct.exp(g_end0), kept0, HAS_SEQ_IDX) + product0
             entering = ct.cat((entering, state.reshape((1, TILE_P, TILE_N))), 0)
-            state = state * ct.exp(g_end1) + product1
+            state = state * within(ct.exp(g_end1), kept1, HAS_SEQ_IDX) + product1
             store_states(chunk_states, entering, bi, j, hi, pj, nj)
     ct.store(final_state, index=(bi, hi, pj, nj), tile=state.reshape((1, 1, TILE_P, TILE_N)))
 
@@ -143,10 +192,12 @@ def fwd_pass_state_kernel(
     TF32: ConstBool,
     LATENCY: ConstInt,
     STEP: ConstInt,
+    seq_idx,  # (b, l) int32 document ids (ignored unless HAS_SEQ_IDX; last: launch.seq_idx_args)
+    HAS_SEQ_IDX: ConstBool,
 ):
     forward_walk(
         x, B, dt_out, dA_cumsum, initial_states, chunk_states, final_state, ct.bid(0), ct.bid(1), ct.bid(2), NHEADS,
-        HEADS_PER_GROUP, Q, TILE_P, TILE_N, HAS_INIT, TF32, LATENCY, STEP,
+        HEADS_PER_GROUP, Q, TILE_P, TILE_N, HAS_INIT, TF32, LATENCY, STEP, seq_idx, HAS_SEQ_IDX,
     )  # fmt: skip
 
 
@@ -203,25 +254,41 @@ def states_array(name: str) -> ArrayConstraint:
 def aot_signatures() -> Iterator[Specialization]:
     """The specializations CI compiles, in every dtype: first the seed shape's default (default_state_config with
     bf16 inputs: the 64 x 32 tile, two chunks an iteration at occupancy 4), then chunks of 64, 128 and 256, with
-    and without initial states, one and two chunks an iteration, at StateConfig()'s occupancy."""
-    f32 = ct.float32
-    for name, dtype in DTYPES.items():
+    and without initial states, one and two chunks an iteration, at StateConfig()'s occupancy; then with seq_idx:
+    the bf16 default, a one-chunk walk with initial states, and float32's."""
+    cases = [
+        (name, chunk, tile_p, tile_n, has_init, step, occupancy, False)
+        for name in DTYPES
         for chunk, tile_p, tile_n, has_init, step, occupancy in (
             (128, 64, 32, False, 2, 4),
             (64, 64, 64, True, 1, StateConfig().occupancy),
             (64, 64, 32, True, 2, StateConfig().occupancy),
             (128, 32, 64, False, 2, StateConfig().occupancy),
             (256, 16, 128, True, 1, StateConfig().occupancy),
-        ):
-            label = f"fwd_pass_state[{name},Q={chunk},P={tile_p},N={tile_n},init={has_init},step={step}]"
-            yield (
-                *hinted(label, fwd_pass_state_kernel, occupancy),
-                kernel_signature(
-                    [array(dtype, 4), array(dtype, 4), array(f32, 3), array(f32, 3)]
-                    + [array(f32, 4), states_array(name), array(f32, 4)]
-                    + [8, 8, chunk, tile_p, tile_n, has_init, name == "float32", 4, step]
-                ),
-            )
+        )
+    ]
+    cases += [
+        ("bfloat16", 128, 64, 32, False, 2, 4, True),
+        ("bfloat16", 64, 32, 128, True, 1, 4, True),
+        ("float32", 64, 32, 64, True, 2, StateConfig().occupancy, True),
+    ]
+    for name, chunk, tile_p, tile_n, has_init, step, occupancy, has_seq_idx in cases:
+        label = f"fwd_pass_state[{name},Q={chunk},P={tile_p},N={tile_n},init={has_init},step={step}"
+        label += ",seq_idx]" if has_seq_idx else "]"
+        yield (
+            *hinted(label, fwd_pass_state_kernel, occupancy),
+            kernel_signature(
+                walk_signature(name)
+                + [8, 8, chunk, tile_p, tile_n, has_init, name == "float32", 4, step, *seq_idx_params(has_seq_idx)]
+            ),
+        )
+
+
+def walk_signature(name: str) -> list:
+    """The forward walk's seven array arguments (`walk_arrays`) with inputs of dtype `name`."""
+    dtype, f32 = DTYPES[name], ct.float32
+    inputs = [array(dtype, 4), array(dtype, 4), array(f32, 3), array(f32, 3), array(f32, 4)]
+    return inputs + [states_array(name), array(f32, 4)]
 
 
 def fwd_pass_state(
@@ -230,12 +297,14 @@ def fwd_pass_state(
     dt_out: torch.Tensor,
     dA_cumsum: torch.Tensor,
     initial_states: torch.Tensor | None = None,
+    seq_idx: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Stage 2 on the GPU. Same contract as `kernels.reference.fwd_pass_state`.
 
     Args:
         x: (b, l, h, p).  B: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) float32 from `chunk_cumsum`.
         initial_states: (b, h, p, n) or None.
+        seq_idx: (b, l) int32 document ids, contiguous, non-decreasing along each row, or None.
     Returns:
         chunk_states: (b, c, h, p, n), the state entering each chunk: bfloat16 when x is bfloat16, else float32.
         final_state: (b, h, p, n) float32.
@@ -248,10 +317,10 @@ def fwd_pass_state(
     def spec(cfg: StateConfig) -> tuple[tuple[int, ...], object, tuple]:
         grid = (b * h, -(-p // cfg.TILE_P), -(-n // cfg.TILE_N))
         args = (*arrays, h, h // g, chunk_size, cfg.TILE_P, cfg.TILE_N, initial_states is not None)
-        args += (x.dtype == torch.float32, cfg.latency, walk_step(cfg, nchunks))
+        args += (x.dtype == torch.float32, cfg.latency, walk_step(cfg, nchunks), *seq_idx_args(seq_idx, arrays[2]))
         return grid, with_hints(fwd_pass_state_kernel, cfg.occupancy), args
 
-    key = shape_key(x, B, chunk_size)
+    key = shape_key(x, B, chunk_size, seq_idx)
     default = default_state_config(x.dtype, p, n, chunk_size)
     launch("fwd_pass_state", key, default, lambda: search_space(p, n, chunk_size), spec, x.device)
     return arrays[5], arrays[6]

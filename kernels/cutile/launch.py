@@ -26,11 +26,22 @@ T = TypeVar("T")
 Spec = Callable[[Any], tuple[tuple[int, ...], Any, tuple]]
 
 
-def shape_key(x: torch.Tensor, B: torch.Tensor, chunk_size: int) -> str:
-    """The tuning key of an SSD shape: x (b, l, h, p), B (b, l, g, n), chunk size, input dtype."""
+def shape_key(x: torch.Tensor, B: torch.Tensor, chunk_size: int, seq_idx: torch.Tensor | None = None) -> str:
+    """The tuning key of an SSD shape: x (b, l, h, p), B (b, l, g, n), chunk size, input dtype, and "_seq_idx" with
+    document boundaries: a kernel with seq_idx is another build (its masks take registers), tuned apart from the one
+    without, whose keys (the shipped table's) stay as they were. Untuned, both take the same default."""
     b, seqlen, h, p = x.shape
     g, n = B.shape[-2:]
-    return f"b{b}_l{seqlen}_h{h}_p{p}_g{g}_n{n}_Q{chunk_size}_{str(x.dtype)[6:]}"
+    key = f"b{b}_l{seqlen}_h{h}_p{p}_g{g}_n{n}_Q{chunk_size}_{str(x.dtype)[6:]}"
+    return key if seq_idx is None else f"{key}_seq_idx"
+
+
+def seq_idx_args(seq_idx: torch.Tensor | None, stand_in: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """The SSD kernels' last two arguments, seq_idx and HAS_SEQ_IDX: (seq_idx, True), or without document boundaries
+    (stand_in, False), stand_in an array of the launch the kernel then does not read (the (b, h, c·Q) float32 rows of
+    dt_out or dA_cumsum, as kernels.cutile.signature.seq_idx_params declares). Last, so that a kernel's other arguments
+    keep their places and its build without seq_idx is the one before seq_idx was added."""
+    return (stand_in, False) if seq_idx is None else (seq_idx, True)
 
 
 def launch(name: str, key: str, default: T, space: Callable[[], Sequence[T]], spec: Spec, device: torch.device) -> T:

@@ -45,6 +45,13 @@ def array(dtype: Any, ndim: int, index_dtype: Any = ct.int64, divisible: tuple[i
     )
 
 
+def seq_idx_params(given: bool) -> list:
+    """The SSD kernels' last two parameters, seq_idx and HAS_SEQ_IDX, as the host passes them
+    (kernels.cutile.launch.seq_idx_args): (b, l) int32 document ids and True when `given`, else the (b, h, c·Q)
+    float32 rows standing in for them and False."""
+    return [array(ct.int32, 2) if given else array(ct.float32, 3), given]
+
+
 def scalar(dtype: Any = ct.int32) -> Any:
     """A run-time scalar argument (an int32 count by default)."""
     return ctc.ScalarConstraint(dtype)

@@ -15,6 +15,11 @@ BACKWARD_CHUNK tokens, whose chunk x chunk tiles fit a program's registers (at 1
 mamba2_cutile::ssd_fwd and ssd_bwd while torch.compile traces, an autograd.Function otherwise. An output the loss
 does not use reaches the backward as None, not as a tensor of zeros: the final state's, usually, which then costs
 no fill and no read (bwd_pass_state starts from zero in registers).
+
+Document boundaries: seq_idx (b, l) int32 (kernels.reference's semantics) goes to every stage that masks by it,
+forward and backward (all but chunk_cumsum, whose cumulative sum is not reset, and chunk_cumsum_bwd, which sums the
+masked decay-gradient terms bwd_dx and bwd_dbc wrote); the masks hold at any chunk size, so also at the backward's.
+seq_idx None launches the kernels without masks, as before. It has no gradient.
 """
 
 from __future__ import annotations
@@ -43,7 +48,9 @@ def check_inputs(tensors: dict[str, Tensor | None], chunk_size: int) -> None:
     """Raise ValueError for inputs the kernels cannot take as they are (shapes are checked by kernels.ssd).
 
     Args:
-        tensors: the SSD's tensor inputs by name (x, dt, A, B, C, D, dt_bias, initial_states; None where absent).
+        tensors: the SSD's tensor inputs by name (x, dt, A, B, C, D, dt_bias, initial_states, and optionally seq_idx;
+            None where absent). seq_idx must be int32, (b, l) and contiguous; that its rows do not decrease is not
+            checked (the check would make the host wait for the device).
     """
     x, B, C = tensors["x"], tensors["B"], tensors["C"]
     for name, t in tensors.items():
@@ -70,6 +77,21 @@ def check_inputs(tensors: dict[str, Tensor | None], chunk_size: int) -> None:
     p, n = x.shape[-1], B.shape[-1]
     if p > MAX_DIM or n > MAX_DIM:
         raise ValueError(f"cutile backend: head dim {p} and state dim {n} must be at most {MAX_DIM}")
+    seq_idx = tensors.get("seq_idx")
+    if seq_idx is not None:
+        check_seq_idx(seq_idx, tuple(x.shape[:2]))
+
+
+def check_seq_idx(seq_idx: Tensor, batch_seqlen: tuple[int, int]) -> None:
+    """Raise ValueError unless seq_idx is what the kernels read: int32, (b, l) = batch_seqlen, contiguous."""
+    if seq_idx.dtype != torch.int32:
+        raise ValueError(f"cutile backend: seq_idx has dtype {seq_idx.dtype}; the kernels read int32: pass it .int()")
+    if tuple(seq_idx.shape) != batch_seqlen:
+        raise ValueError(
+            f"cutile backend: seq_idx must be (batch, seqlen) = {batch_seqlen}, got {tuple(seq_idx.shape)}"
+        )
+    if not seq_idx.is_contiguous():
+        raise ValueError("cutile backend: seq_idx is not contiguous; pass seq_idx.contiguous()")
 
 
 def ssd_forward(
@@ -83,18 +105,20 @@ def ssd_forward(
     dt_bias: Tensor | None,
     dt_softplus: bool,
     initial_states: Tensor | None,
+    seq_idx: Tensor | None,
     backward: str,
 ) -> tuple[Tensor, Tensor]:
-    """cuTile forward: y (b, l, h, p) in x's dtype, final_state (b, h, p, n) float32.
+    """cuTile forward: y (b, l, h, p) in x's dtype, final_state (b, h, p, n) float32 (the row's last document's).
 
-    `backward` ("reference" or "cutile", checked by kernels.ssd) chooses how its gradient is computed (see
-    `ssd_gradients`). The inputs are checked first (at run time also under torch.compile).
+    seq_idx: (b, l) int32 document ids, non-decreasing along each row, or None. `backward` ("reference" or "cutile",
+    checked by kernels.ssd) chooses how its gradient is computed (see `ssd_gradients`). The inputs are checked first
+    (at run time also under torch.compile).
     """
     tensors = {"x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "dt_bias": dt_bias, "initial_states": initial_states}
-    check_inputs(tensors, chunk_size)
+    check_inputs(tensors | {"seq_idx": seq_idx}, chunk_size)
     dt_out, dA_cumsum = chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus)
-    chunk_states, final_state = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
-    return compute_out(x, B, C, dt_out, dA_cumsum, chunk_states, D), final_state
+    chunk_states, final_state = fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states, seq_idx)
+    return compute_out(x, B, C, dt_out, dA_cumsum, chunk_states, D, seq_idx), final_state
 
 
 def ssd_backward(
@@ -110,12 +134,14 @@ def ssd_backward(
     dt_bias: Tensor | None = None,
     dt_softplus: bool = False,
     initial_states: Tensor | None = None,
+    seq_idx: Tensor | None = None,
     walks: str = DEFAULT_WALKS,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor | None]:
     """The cuTile backward: kernels.reference_backward.ssd_backward's contract, on the cuTile passes.
 
     Args:
         chunk_size: the forward's; the passes run at min(chunk_size, BACKWARD_CHUNK).
+        seq_idx: (b, l) int32 document ids, contiguous, or None.
         walks: how the two state walks run (kernels.cutile.state_walks.WALK_MODES).
     Returns:
         dx, ddt, dB, dC in their inputs' dtypes; dheads (3, h) float32 holds dA, d dt_bias, dD (zero rows for absent
@@ -124,10 +150,11 @@ def ssd_backward(
     Q = min(chunk_size, BACKWARD_CHUNK)
     dy = dy.contiguous()
     dt_out, dA_cumsum, dA_log2 = chunk_cumsum_log2(dt, A, Q, dt_bias, dt_softplus)
-    chunk_states, _, dstates, dinit = state_walks(x, B, dt_out, dA_cumsum, initial_states, dy, C, dfinal_state, walks)
-    dx, ddt_dir, da_intra, dD_parts = bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D, dA_log2)
+    walked = state_walks(x, B, dt_out, dA_cumsum, initial_states, dy, C, dfinal_state, seq_idx, walks)
+    chunk_states, _, dstates, dinit = walked
+    dx, ddt_dir, da_intra, dD_parts = bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D, seq_idx, dA_log2)
     wait_for_walks(x.device, walks)  # bwd_dbc reads the recomputed chunk states
-    dB, dC, da_inter = bwd_dbc(x, dy, B, C, dt_out, dA_cumsum, chunk_states, dstates)
+    dB, dC, da_inter = bwd_dbc(x, dy, B, C, dt_out, dA_cumsum, chunk_states, dstates, seq_idx)
     ddt, dheads = chunk_cumsum_bwd(ddt_dir, da_intra, da_inter, dt_out, dt, A, dt_softplus, dt_bias, dD_parts)
     return dx, ddt, dB, dC, dheads, None if initial_states is None else dinit
 
@@ -142,8 +169,9 @@ _AUTOGRAD_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.AutogradFunctional
 )
 
 
-def _reference_grads(dy, dfinal, x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states):
-    """The gradients by differentiating kernels.reference.ssd_chunked (recomputed) with autograd."""
+def _reference_grads(dy, dfinal, x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, seq_idx):
+    """The gradients by differentiating kernels.reference.ssd_chunked (recomputed) with autograd; seq_idx, a
+    constant of the differentiation, has none."""
     inputs = [x, dt, A, B, C, D, dt_bias, initial_states]
     leaves = [None if t is None else t.detach().requires_grad_(True) for t in inputs]
     # A custom op's body runs below the autograd dispatch keys; let autograd record the recomputation.
@@ -151,7 +179,7 @@ def _reference_grads(dy, dfinal, x, dt, A, B, C, chunk_size, D, dt_bias, dt_soft
     autograd_on = torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded)
     with autograd_on, torch.enable_grad(), torch.autocast(x.device.type, enabled=False):
         lx, ldt, lA, lB, lC, lD, lbias, linit = leaves
-        y, final = reference.ssd_chunked(lx, ldt, lA, lB, lC, chunk_size, lD, lbias, dt_softplus, linit)
+        y, final = reference.ssd_chunked(lx, ldt, lA, lB, lC, chunk_size, lD, lbias, dt_softplus, linit, seq_idx)
         present = [t for t in leaves if t is not None]
         grads = iter(torch.autograd.grad((y, final), present, (dy.to(y.dtype), dfinal), allow_unused=True))
     return [None if t is None else next(grads) for t in leaves]
@@ -170,16 +198,18 @@ def ssd_gradients(
     dt_bias: Tensor | None,
     dt_softplus: bool,
     initial_states: Tensor | None,
+    seq_idx: Tensor | None,
     backward: str,
 ) -> list[Tensor]:
     """Gradients [dx, ddt, dB, dC, dheads, dinitial_states], each in its input's dtype and layout (contiguous);
     dheads (3, h), float32 (float64 with a float64 A), holds the rows dA, d dt_bias, dD (a row is zero when its
     input is None; kernels.reference_backward.by_input splits them): one tensor, because an op's outputs may not
     share memory and the cuTile passes finish all three in one sum. Without initial_states, an empty tensor stands
-    in for its gradient. dy or dfinal None: that output's gradient is zero (the loss does not use it)."""
+    in for its gradient. dy or dfinal None: that output's gradient is zero (the loss does not use it). seq_idx (the
+    forward's document ids, or None) has no gradient: `_input_gradients` gives None for it."""
     if dy is None:
         dy = torch.zeros_like(x)
-    rest = (D, dt_bias, dt_softplus, initial_states)
+    rest = (D, dt_bias, dt_softplus, initial_states, seq_idx)
     dtype = heads_dtype(A)
     if backward == "cutile":
         dx, ddt, dB, dC, dheads, dinit = ssd_backward(dy, dfinal, x, dt, A, B, C, chunk_size, *rest)
@@ -200,18 +230,20 @@ def ssd_gradients(
     return [*out[:4], dheads.to(dtype), out[4]]
 
 
-def _ssd_gradients_fake(dy, dfinal, x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, backward):
+def _ssd_gradients_fake(
+    dy, dfinal, x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, seq_idx, backward
+):
     dinit = x.new_empty(0) if initial_states is None else initial_states.new_empty(initial_states.shape)
     return [t.new_empty(t.shape) for t in (x, dt, B, C)] + [A.new_empty((3, *A.shape), dtype=heads_dtype(A)), dinit]
 
 
 def _input_gradients(grads: list[Tensor], inputs: list) -> tuple[Tensor | None, ...]:
     """ssd_gradients' six -> the gradients of x, dt, A, B, C, D, dt_bias, initial_states (per-head ones in their
-    inputs' dtypes)."""
+    inputs' dtypes) and None for seq_idx."""
     A, D, dt_bias = inputs[2], inputs[6], inputs[7]
     dx, ddt, dA, dB, dC, dD, dbias, dinit = by_input(grads, D, dt_bias)
     dA, dD, dbias = (None if t is None else g.to(t.dtype) for g, t in ((dA, A), (dD, D), (dbias, dt_bias)))
-    return dx, ddt, dA, dB, dC, dD, dbias, dinit
+    return dx, ddt, dA, dB, dC, dD, dbias, dinit, None
 
 
 SSD = differentiable_op(
@@ -238,8 +270,10 @@ def ssd_cutile(
     dt_bias: Tensor | None,
     dt_softplus: bool,
     initial_states: Tensor | None,
+    seq_idx: Tensor | None,
     backward: str,
 ) -> tuple[Tensor, Tensor]:
     """The cutile backend of `kernels.ssd`: y (b, l, h, p) in x's dtype and final_state (b, h, p, n) float32,
-    differentiable, its gradient by `backward` ("reference" or "cutile")."""
-    return SSD(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, backward)
+    differentiable, its gradient by `backward` ("reference" or "cutile"); seq_idx (b, l) int32 document ids or
+    None."""
+    return SSD(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, seq_idx, backward)

@@ -7,6 +7,7 @@ close together and their builds fit an SM together; in eager mode the host is th
 walks' programs are queued at once, and at occupancy 2 two programs share an SM. Both halves take the same tile and
 occupancy; the forward half takes `chunks_per_step` chunks an iteration. `state_walks`, the cuTile backward's pass,
 runs the two walks as its `walks` argument says: by default in this one launch (docs/kernels.md has the timings).
+With document boundaries both walks read one seq_idx (HAS_SEQ_IDX) and apply their own stage's masks.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import torch
 
 from kernels.cutile import bwd_pass_state as backward
 from kernels.cutile import fwd_pass_state as forward
-from kernels.cutile.fwd_pass_state import StateConfig, search_space, states_array
-from kernels.cutile.launch import BACKWARD_CHUNK, ConstBool, ConstInt, launch, shape_key, with_hints
-from kernels.cutile.signature import DTYPES, Specialization, array, hinted, kernel_signature
+from kernels.cutile.fwd_pass_state import StateConfig, search_space
+from kernels.cutile.launch import BACKWARD_CHUNK, ConstBool, ConstInt, launch, seq_idx_args, shape_key, with_hints
+from kernels.cutile.signature import Specialization, hinted, kernel_signature, seq_idx_params
 
 
 @ct.kernel
@@ -30,23 +31,27 @@ def state_walks_kernel(
     dy, C, dA_cumsum_again, dfinal_state, dstates, dinitial_states,  # bwd_pass_state_kernel's
     NHEADS: ConstInt, HEADS_PER_GROUP: ConstInt, Q: ConstInt, TILE_P: ConstInt, TILE_N: ConstInt, HAS_INIT: ConstBool,
     HAS_DFINAL: ConstBool, TF32: ConstBool, LATENCY: ConstInt, STEP: ConstInt,
+    seq_idx, HAS_SEQ_IDX: ConstBool,  # both walks' (last: launch.seq_idx_args)
 ):  # fmt: skip
     pairs = ct.num_blocks(0) // 2  # (batch, head) pairs
     bh = ct.bid(0)
     if bh < pairs:
         forward.forward_walk(
             x, B, dt_out, dA_cumsum, initial_states, chunk_states, final_state, bh, ct.bid(1), ct.bid(2), NHEADS,
-            HEADS_PER_GROUP, Q, TILE_P, TILE_N, HAS_INIT, TF32, LATENCY, STEP,
+            HEADS_PER_GROUP, Q, TILE_P, TILE_N, HAS_INIT, TF32, LATENCY, STEP, seq_idx, HAS_SEQ_IDX,
         )  # fmt: skip
     else:
         backward.backward_walk(
             dy, C, dA_cumsum_again, dfinal_state, dstates, dinitial_states, bh - pairs, ct.bid(1), ct.bid(2), NHEADS,
-            HEADS_PER_GROUP, Q, TILE_P, TILE_N, HAS_DFINAL, TF32, LATENCY,
+            HEADS_PER_GROUP, Q, TILE_P, TILE_N, HAS_DFINAL, TF32, LATENCY, seq_idx, HAS_SEQ_IDX,
         )  # fmt: skip
 
 
-def launch_both(arrays: tuple[torch.Tensor, ...], has_init: bool, has_dfinal: bool) -> None:
-    """Launch state_walks_kernel on `arrays`: forward.walk_arrays' seven, then backward.walk_arrays' six."""
+def launch_both(
+    arrays: tuple[torch.Tensor, ...], has_init: bool, has_dfinal: bool, seq_idx: torch.Tensor | None
+) -> None:
+    """Launch state_walks_kernel on `arrays`: forward.walk_arrays' seven, then backward.walk_arrays' six; seq_idx
+    (b, l) int32 or None."""
     x, B, dt_out = arrays[:3]
     b, _, h, p = x.shape
     g, n = B.shape[-2:]
@@ -56,10 +61,10 @@ def launch_both(arrays: tuple[torch.Tensor, ...], has_init: bool, has_dfinal: bo
     def spec(cfg: StateConfig) -> tuple[tuple[int, ...], object, tuple]:
         grid = (2 * b * h, -(-p // cfg.TILE_P), -(-n // cfg.TILE_N))
         args = (*arrays, h, h // g, chunk_size, cfg.TILE_P, cfg.TILE_N, has_init, has_dfinal)
-        args += (x.dtype == torch.float32, cfg.latency, forward.walk_step(cfg, nchunks))
+        args += (x.dtype == torch.float32, cfg.latency, forward.walk_step(cfg, nchunks), *seq_idx_args(seq_idx, dt_out))
         return grid, with_hints(state_walks_kernel, cfg.occupancy), args
 
-    key = shape_key(x, B, chunk_size)
+    key = shape_key(x, B, chunk_size, seq_idx)
     launch("state_walks", key, StateConfig(), lambda: search_space(p, n, chunk_size), spec, x.device)
 
 
@@ -97,6 +102,7 @@ def state_walks(
     dy: torch.Tensor,
     C: torch.Tensor,
     dfinal_state: torch.Tensor | None,
+    seq_idx: torch.Tensor | None = None,
     walks: str = DEFAULT_WALKS,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The cuTile backward's two walks, run as `walks` (one of WALK_MODES) says. Same contract as
@@ -105,6 +111,7 @@ def state_walks(
     Args:
         x, dy: (b, l, h, p).  B, C: (b, l, g, n).  dt_out, dA_cumsum: (b, h, c, Q) float32.
         initial_states, dfinal_state: (b, h, p, n) or None.
+        seq_idx: (b, l) int32 document ids, contiguous, non-decreasing along each row, or None.
     Returns:
         chunk_states, final_state, dstates, dinitial_states.
     """
@@ -113,7 +120,7 @@ def state_walks(
     if walks == "one launch":
         arrays = forward.walk_arrays(x, B, dt_out, dA_cumsum, initial_states)
         arrays += backward.walk_arrays(dy, C, dA_cumsum, dfinal_state)
-        launch_both(arrays, initial_states is not None, dfinal_state is not None)
+        launch_both(arrays, initial_states is not None, dfinal_state is not None, seq_idx)
         return arrays[5], arrays[6], arrays[11], arrays[12]
     stream = contextlib.nullcontext()
     if walks == "aside":
@@ -121,8 +128,8 @@ def state_walks(
         second.wait_stream(torch.cuda.current_stream(x.device))
         stream = torch.cuda.stream(second)
     with stream:
-        chunk_states, final_state = forward.fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states)
-    return chunk_states, final_state, *backward.bwd_pass_state(dy, C, dA_cumsum, dfinal_state)
+        chunk_states, final_state = forward.fwd_pass_state(x, B, dt_out, dA_cumsum, initial_states, seq_idx)
+    return chunk_states, final_state, *backward.bwd_pass_state(dy, C, dA_cumsum, dfinal_state, seq_idx)
 
 
 def wait_for_walks(device: torch.device, walks: str) -> None:
@@ -134,17 +141,19 @@ def wait_for_walks(device: torch.device, walks: str) -> None:
 
 def aot_signatures() -> Iterator[Specialization]:
     """state_walks_kernel's specializations: both walks in one launch at the backward's chunk size, the seed's tile
-    (64 x 32, two chunks an iteration) at bf16 and StateConfig()'s tile in float32, at StateConfig()'s occupancy."""
-    f32 = ct.float32
+    (64 x 32, two chunks an iteration) at bf16 and StateConfig()'s tile in float32, at StateConfig()'s occupancy, each
+    without and with seq_idx."""
     chunk = BACKWARD_CHUNK
-    for name, tile_p, tile_n, step in (("bfloat16", 64, 32, 2), ("float32", 32, 64, 1)):
-        dtype, states = DTYPES[name], states_array(name)
-        label = f"state_walks[{name},Q={chunk},P={tile_p},N={tile_n},step={step}]"
-        yield (
-            *hinted(label, state_walks_kernel, StateConfig().occupancy),
-            kernel_signature(
-                [array(dtype, 4), array(dtype, 4), array(f32, 3), array(f32, 3), array(f32, 4), states]
-                + [array(f32, 4), array(dtype, 4), array(dtype, 4), array(f32, 3), array(f32, 4), states]
-                + [array(f32, 4), 8, 8, chunk, tile_p, tile_n, False, True, name == "float32", 4, step]
-            ),
-        )
+    for has_seq_idx in (False, True):
+        for name, tile_p, tile_n, step in (("bfloat16", 64, 32, 2), ("float32", 32, 64, 1)):
+            label = f"state_walks[{name},Q={chunk},P={tile_p},N={tile_n},step={step}"
+            label += ",seq_idx]" if has_seq_idx else "]"
+            yield (
+                *hinted(label, state_walks_kernel, StateConfig().occupancy),
+                kernel_signature(
+                    forward.walk_signature(name)
+                    + backward.walk_signature(name)
+                    + [8, 8, chunk, tile_p, tile_n, False, True, name == "float32", 4, step]
+                    + seq_idx_params(has_seq_idx)
+                ),
+            )

@@ -7,7 +7,8 @@ that finds a key already tuned reuses it instead of searching again.
 
 Beside that cache, the package ships a table of configurations tuned on an H200 for the shapes of the shipped
 configs (tuned.json, the same keys and entries), read-only. A shape is decided in this order: the local cache, the
-shipped table, then a search (tuning on) or the kernel's fixed default (tuning off). An entry is used only if its
+shipped table (for a key with document boundaries, "_seq_idx", also the same key without them), then a search
+(tuning on) or the kernel's fixed default (tuning off). An entry is used only if its
 configuration is the default or inside today's tune space and, with tuning on, only if it was searched over
 this very space.
 
@@ -218,7 +219,10 @@ def _decide(kernel_name, shape_key, default, space, device, spec):
     key = f"{kernel_name}|{shape_key}|{_gpu_key(device)}"
     fields = {f.name for f in dataclasses.fields(default)}
     candidates = list(space()) if _state["autotune"] else []
-    for source, entry in (("cache", _load().get(key)), ("shipped", _shipped().get(key))):
+    sources = [("cache", _load().get(key)), ("shipped", _shipped().get(key))]
+    if "_seq_idx" in shape_key:  # a build with document boundaries starts from its shape's shipped entry without
+        sources.append(("shipped", _shipped().get(key.replace("_seq_idx", ""))))
+    for source, entry in sources:
         if entry is None or not set(entry["config"]) <= fields:  # an entry of another config layout: not used
             continue
         config = type(default)(**entry["config"])

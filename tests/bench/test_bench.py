@@ -45,6 +45,7 @@ def test_bench_kernels_writes_json(tmp_path):
     _run(
         "bench_kernels.py",
         *("--shapes", "tiny", "--backends", "torch,cutile", "--repeats", "2", "--calls", "2", "--out", str(out)),
+        *("--documents", "short"),
     )
     data = _strict_json(out.read_text())
     assert data["kind"] == "bench_kernels" and data["environment"]["torch"]
@@ -53,6 +54,7 @@ def test_bench_kernels_writes_json(tmp_path):
     assert modes == {"fwd", "fwd_bwd"}
     for r in data["records"]:
         assert r["backend"] == "torch" and r["wall_ms"]["median"] > 0 and r["wall_ms"]["n"] == 2
+        assert r["shape"]["documents"] == "short"  # packed documents: seq_idx went to every call
         if torch.cuda.is_available():
             assert r["gpu_ms"] > 0 and r["GBps_gpu"] > 0
         else:  # no kernel time off GPU: null, and nothing derived from it
@@ -118,7 +120,7 @@ def test_bench_step_writes_json(tmp_path):
         "bench_step.py",
         *("--configs", "tiny", "--seqlens", "64", "--tokens_per_step", "128"),
         *("--backends", "torch,standin,standin+conv+norm", "--modes", "eager", "--steps", "2", "--warmup", "1"),
-        *("--out", str(out)),
+        *("--out", str(out), "--documents", "short"),
     )
     data = json.loads(out.read_text())
     rows = {r["variant"]: r for r in data["records"]}
@@ -128,6 +130,7 @@ def test_bench_step_writes_json(tmp_path):
     torch_row, standin = rows["torch"], rows["standin"]
     assert (torch_row["backend"], torch_row["backward"], standin["backend"]) == ("torch", "reference", "standin")
     assert torch_row["size"] == "tiny" and torch_row["batch"] == 2 and torch_row["config"]["d_model"] == 128
+    assert torch_row["documents"] == "short"
     assert torch_row["parameters"] == standin["parameters"]  # same model, only the SSD differs
     m = torch_row["median"]
     assert m["step_ms"] >= m["forward_ms"] > 0 and m["ssd_forward_ms"] > 0 and m["ssd_backward_ms"] > 0

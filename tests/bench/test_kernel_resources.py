@@ -25,7 +25,12 @@ LAUNCHED_ONE_DY = LAUNCHED_BEFORE_BIAS_ROW.replace("_A3f32_3v4l0_4t1_6i16_p16_Si
 # LAUNCHED: the same launch with the kernel's parameters since it takes up to three channel parts' dy (dy1 and dy2
 # as dy0, here dy's encoding) and their column-block bounds end0, end1 (two more int32 scalars after `steps`)
 _DY = "_A3bf16_3v8l0_4t1_6i16_p16"
-LAUNCHED = LAUNCHED_ONE_DY.replace(_DY * 2, _DY * 4).replace("_Si32", "_Si32_Si32_Si32")
+# without document boundaries the weight stands in for seq_idx (after bias) and HAS_SEQ_IDX is False (last)
+_BIAS, _WEIGHT = "_A1f32_1i16t1_p16", "_A2f32_1i16v4l0_2t1_p16"
+LAUNCHED = (
+    LAUNCHED_ONE_DY.replace(_DY * 2, _DY * 4).replace("_Si32", "_Si32_Si32_Si32").replace(_BIAS, _BIAS + _WEIGHT, 1)
+    + "_B0"
+)
 # conv_fwd_kernel as the medium model's step launched it (results/probes/step_three_patches_2026-12-02/profile.json)
 # while it stored one part's y; LAUNCHED_FWD: the same launch with the kernel's parameters since it stores up to
 # three channel parts' outputs (y1 and y2 as y0, here y's encoding) at their column-block bounds end0, end1
@@ -33,12 +38,13 @@ LAUNCHED_FWD_ONE_Y = (
     "conv_fwd_kernel_Kt1_A3bf16_3v8l0_4t1_6i16_p16_A2f32_1i16v4l0_2t1_p16_A1f32_1i16t1_p16_A3bf16_3v8l0_4t1_6i16_p16"
     "_I4_I16_I256_B1"
 )
-LAUNCHED_FWD = LAUNCHED_FWD_ONE_Y.replace(_DY + "_I4", _DY * 3 + "_Si32_Si32_I4")
+LAUNCHED_FWD = LAUNCHED_FWD_ONE_Y.replace(_DY + "_I4", _DY * 3 + "_Si32_Si32_I4").replace(_BIAS, _BIAS + _WEIGHT, 1)
+LAUNCHED_FWD += "_B0"
 
 
 def test_a_launched_name_gives_its_kernel_and_signature():
     label, kernel, signature = kernel_resources.launched(LAUNCHED, None)
-    assert label == "conv_bwd_gv_kernel[4, 16, 256, True]"
+    assert label == "conv_bwd_gv_kernel[4, 16, 256, True, False]"
     assert kernel is causal_conv.conv_bwd_gv_kernel
     x = signature.parameters[0]
     assert isinstance(x, ctc.ArrayConstraint) and x.stride_divisible_by == (8, 8, 1) and x.base_addr_divisible_by == 16
@@ -46,9 +52,9 @@ def test_a_launched_name_gives_its_kernel_and_signature():
 
 def test_a_launched_forward_name_gives_its_kernel_and_signature():
     label, kernel, signature = kernel_resources.launched(LAUNCHED_FWD, None)
-    assert label == "conv_fwd_kernel[4, 16, 256, True]"
+    assert label == "conv_fwd_kernel[4, 16, 256, True, False]"
     assert kernel is causal_conv.conv_fwd_kernel
-    assert len(signature.parameters) == 12
+    assert len(signature.parameters) == 14
 
 
 def test_a_launched_name_from_a_changed_copy(tmp_path):
@@ -61,11 +67,11 @@ def test_a_launched_name_from_a_changed_copy(tmp_path):
 
 
 def test_a_name_from_other_code_is_one_clear_error():
-    with pytest.raises(SystemExit, match=r"encodes 12 parameters, conv_bwd_gv_kernel in .* takes 15: a name launched"):
+    with pytest.raises(SystemExit, match=r"encodes 12 parameters, conv_bwd_gv_kernel in .* takes 17: a name launched"):
         kernel_resources.launched(LAUNCHED_BEFORE_BIAS_ROW, None)
-    with pytest.raises(SystemExit, match=r"encodes 11 parameters, conv_bwd_gv_kernel in .* takes 15: a name launched"):
+    with pytest.raises(SystemExit, match=r"encodes 11 parameters, conv_bwd_gv_kernel in .* takes 17: a name launched"):
         kernel_resources.launched(LAUNCHED_ONE_DY, None)
-    with pytest.raises(SystemExit, match=r"encodes 8 parameters, conv_fwd_kernel in .* takes 12: a name launched"):
+    with pytest.raises(SystemExit, match=r"encodes 8 parameters, conv_fwd_kernel in .* takes 14: a name launched"):
         kernel_resources.launched(LAUNCHED_FWD_ONE_Y, None)
 
 
@@ -118,7 +124,7 @@ def test_threads_per_program_come_from_the_elf_reqntid():
 LAUNCHED_RECOMPUTE = (
     "fwd_pass_state_kernel_Kt2_A4bf16_7v8l0_8t1_ai16_p16_A4bf16_4s1_7v8l0_8t1_ai16_p16_A3f32_3v4l0_4i16t1_p16"
     "_A3f32_3v4l0_4i16t1_p16_A4f32_7v4l0_8t1_ci16_p16_A5bf16_fv8l0_10t1_1ai16_p16_A4f32_7v4l0_8t1_ci16_p16"
-    "_I24_I24_I64_I32_I128_B0_B0_I4_I1"
+    "_I24_I24_I64_I32_I128_B0_B0_I4_I1_A3f32_3v4l0_4i16t1_p16_B0"  # dt_out's rows standing in for seq_idx, no HAS_SEQ_IDX
 )
 
 
@@ -127,7 +133,7 @@ def test_a_one_chunk_walk_keeps_its_state_in_registers():
     across the step instead, it spilled at occupancy 4 and the L 2048 recompute was slower (docs/kernels.md,
     fwd_pass_state)."""
     label, kernel, signature = kernel_resources.launched(LAUNCHED_RECOMPUTE, None)
-    assert kernel is fwd_pass_state.fwd_pass_state_kernel and label.endswith("32, 128, False, False, 4, 1]")
+    assert kernel is fwd_pass_state.fwd_pass_state_kernel and label.endswith("32, 128, False, False, 4, 1, False]")
     cuobjdump = kernel_resources.wheel_cuobjdump()
     assert cuobjdump, "cuobjdump not found: pip install -r requirements-dev.txt (nvidia-cuda-cuobjdump)"
     built = kernel_resources.resources(kernel.replace_hints(occupancy=4), signature, "sm_90", cuobjdump)

@@ -11,7 +11,8 @@ from tokenizers import Tokenizer
 
 from data.corpus import load_corpus, stdlib_files
 from data.datamodule import ResumableSampler, TextDataModule
-from tests.helpers import write_corpus
+from data.tokenizer import EOS, document_ids
+from tests.helpers import TINY_DATA, write_corpus
 
 
 def build(tmp_path, corpus, **kw):
@@ -169,3 +170,31 @@ def test_checkpoint_with_another_tokenizer_is_refused(tmp_path):
     a.load_state_dict(a.state_dict())  # its own tokenizer: accepted
     with pytest.raises(ValueError, match="another tokenizer"):
         a.load_state_dict(b.state_dict())
+
+
+def test_document_ids_count_the_eos_before_each_input_token():
+    eos = 0
+    blocks = torch.tensor([[5, 0, 7, 8, 0, 0, 9, 4], [0, 3, 3, 3, 3, 3, 3, 0]])
+    expected = torch.tensor([[0, 0, 1, 1, 1, 2, 3], [0, 1, 1, 1, 1, 1, 1]], dtype=torch.int32)
+    assert torch.equal(document_ids(blocks, eos), expected)  # the last token (a target only) has no id
+
+
+@pytest.mark.parametrize("boundaries", [True, False])
+def test_batches_carry_the_documents_of_their_tokens(corpus, data_cache, boundaries):
+    dm = TextDataModule(corpus=str(corpus), cache_dir=str(data_cache), **TINY_DATA, document_boundaries=boundaries)
+    dm.prepare_data()
+    dm.setup("fit")
+    eos = Tokenizer.from_file(str(dm.tokenizer_path)).token_to_id(EOS)
+    for loader in (dm.train_dataloader(), dm.val_dataloader()):
+        boundaries_seen = 0
+        for batch in loader:
+            if not boundaries:
+                assert set(batch) == {"input_ids"}
+                continue
+            blocks, seq_idx = batch["input_ids"], batch["seq_idx"]
+            assert seq_idx.dtype == torch.int32 and seq_idx.shape == (blocks.shape[0], blocks.shape[1] - 1)
+            assert (seq_idx[:, 0] == 0).all() and (seq_idx.diff(dim=1) >= 0).all()
+            starts = seq_idx.diff(dim=1) == 1  # a new document starts exactly after each EOS of the inputs
+            assert torch.equal(starts, blocks[:, :-2] == eos)
+            boundaries_seen += int(starts.sum())
+        assert boundaries_seen > 0 or not boundaries  # the packed rows do hold several documents

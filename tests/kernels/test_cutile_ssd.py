@@ -20,6 +20,32 @@ def test_cpu_tensors_are_refused_by_the_kernels_wrapper():
         cutile_ssd.check_inputs(inputs | {"D": None, "dt_bias": None, "initial_states": None}, 64)
 
 
+def test_seq_idx_is_checked_for_what_the_kernels_read():
+    """seq_idx must be int32, (batch, seqlen) and contiguous: anything else is refused in one line naming the fix."""
+    ok = torch.zeros(2, 8, dtype=torch.int32)
+    cutile_ssd.check_seq_idx(ok, (2, 8))
+    with pytest.raises(ValueError, match=r"seq_idx has dtype torch.int64; the kernels read int32: pass it .int\(\)"):
+        cutile_ssd.check_seq_idx(ok.long(), (2, 8))
+    with pytest.raises(ValueError, match=r"seq_idx must be \(batch, seqlen\) = \(2, 8\), got \(2, 7\)"):
+        cutile_ssd.check_seq_idx(ok[:, :7], (2, 8))
+    with pytest.raises(ValueError, match=r"seq_idx must be \(batch, seqlen\) = \(2, 8\), got \(16,\)"):
+        cutile_ssd.check_seq_idx(ok.view(16), (2, 8))
+    with pytest.raises(ValueError, match=r"seq_idx is not contiguous; pass seq_idx.contiguous\(\)"):
+        cutile_ssd.check_seq_idx(torch.zeros(8, 2, dtype=torch.int32).t(), (2, 8))
+
+
+def documents(b: int, l: int, chunk: int, seed: int) -> torch.Tensor:
+    """seq_idx (b, l) int32 with boundaries inside chunks, on a chunk edge and around one-token documents; the first
+    row starts at document 1 (its initial state then reaches nothing), the others at 0."""
+    gen = torch.Generator().manual_seed(seed)
+    starts = torch.zeros(b, l, dtype=torch.int32)
+    for row in range(b):
+        cuts = torch.randperm(l - 1, generator=gen)[: max(1, l // 9)] + 1
+        starts[row, cuts] = 1
+        starts[row, [chunk, chunk + 1, chunk + 2][: max(0, min(3, l - chunk))]] = 1  # a chunk edge, 1-token documents
+    return (torch.cumsum(starts, 1) + (torch.arange(b)[:, None] == 0)).to(torch.int32)
+
+
 def test_bad_backward_is_refused():
     """An unknown backward name, and the cutile backward asked of another backend, or of "auto" where it resolves
     to another: one clear line each, from kernels.ssd."""
@@ -49,15 +75,18 @@ def test_backward_op_equals_the_closed_form_gradients():
     dy, dfinal = torch.randn(b, l, h, p, dtype=torch.float64), torch.randn(b, h, p, n, dtype=torch.float64)
     x, dt, A, B, C, D, bias, init = inputs
 
-    def op(dy, dfinal, x, B, C):  # the op's reference backward, in the inputs' order (as closed_form's)
-        return by_input(cutile_ssd.ssd_bwd(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init, "reference"), D, bias)
+    def op(dy, dfinal, x, B, C, seq_idx=None):  # the op's reference backward, in the inputs' order (as closed_form's)
+        grads = cutile_ssd.ssd_bwd(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init, seq_idx, "reference")
+        return by_input(grads, D, bias)
 
-    def closed_form(dy, dfinal, x, B, C):
-        return by_input(ssd_backward(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init), D, bias)
+    def closed_form(dy, dfinal, x, B, C, seq_idx=None):
+        return by_input(ssd_backward(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init, seq_idx), D, bias)
 
-    for got, w in zip(op(dy, dfinal, x, B, C), closed_form(dy, dfinal, x, B, C), strict=True):
-        torch.testing.assert_close(got, w, rtol=1e-9, atol=1e-9)
-        assert got.is_contiguous()
+    for seq_idx in (None, documents(b, l, 16, seed=0)):  # with document boundaries, the closed form's masked passes
+        want = closed_form(dy, dfinal, x, B, C, seq_idx)
+        for got, w in zip(op(dy, dfinal, x, B, C, seq_idx), want, strict=True):
+            torch.testing.assert_close(got, w, rtol=1e-9, atol=1e-9)
+            assert got.is_contiguous()
     half = [t.to(torch.bfloat16) for t in (x, B, C)]
     x16 = torch.zeros(b, l, h + 1, p, dtype=torch.bfloat16)[:, :, :h].copy_(half[0])  # a view, last stride 1
     assert not x16.is_contiguous()
@@ -66,20 +95,23 @@ def test_backward_op_equals_the_closed_form_gradients():
     for got, w, given in zip(grads, want, (x16, dt, A, *half[1:], D, bias, init), strict=True):
         assert got.dtype == given.dtype and got.is_contiguous()
         torch.testing.assert_close(got.double(), w, rtol=2e-2, atol=2e-2 * float(w.abs().max()))
-    absent = cutile_ssd.ssd_bwd(dy, None, x, dt, A, B, C, 16, None, None, True, None, "reference")
+    absent = cutile_ssd.ssd_bwd(dy, None, x, dt, A, B, C, 16, None, None, True, None, None, "reference")
     assert absent[5].numel() == 0 and absent[4].shape == (3, h) and not absent[4][1:].any()
 
 
 def test_cutile_passes_keep_the_reference_passes_contracts():
     """Each stage kernels.cutile.ssd.ssd_backward composes takes the arguments of the reference stage
-    kernels.reference_backward.ssd_backward composes in its place, by name, order and default (the GPU tests compare
-    their results), and is a kernel CI compiles. A stage may take more after them, each with a default (bwd_dx:
-    dA_log2, which the cuTile chunk_cumsum pass returns third; state_walks: walks)."""
+    kernels.reference_backward.ssd_backward composes in its place (and each forward stage, the reference forward's),
+    by name, order and default (the GPU tests compare their results; seq_idx among them where the reference takes
+    it), and is a kernel CI compiles. A stage may take more after them, each with a default (bwd_dx: dA_log2, which
+    the cuTile chunk_cumsum pass returns third; state_walks: walks)."""
     from kernels import reference
     from kernels import reference_backward as ref_bwd
 
     compiled = {label.split("[")[0] for label, _, _ in aot.every_signature()}
     pairs = {
+        "fwd_pass_state": (cutile_ssd.fwd_pass_state, reference.fwd_pass_state),
+        "compute_out": (cutile_ssd.compute_out, reference.compute_out),
         "chunk_cumsum": (cutile_ssd.chunk_cumsum_log2, reference.chunk_cumsum),
         "state_walks": (cutile_ssd.state_walks, ref_bwd.state_walks),
         "bwd_dx": (cutile_ssd.bwd_dx, ref_bwd.bwd_dx),
@@ -106,8 +138,8 @@ def reference_stages(monkeypatch):
     for name in ("chunk_cumsum", "fwd_pass_state", "compute_out"):
         monkeypatch.setattr(cutile_ssd, name, getattr(reference, name))
     monkeypatch.setattr(cutile_ssd, "chunk_cumsum_log2", lambda *args: (*reference.chunk_cumsum(*args), None))
-    monkeypatch.setattr(cutile_ssd, "state_walks", lambda *args: ref_bwd.state_walks(*args[:8]))
-    monkeypatch.setattr(cutile_ssd, "bwd_dx", lambda *args: ref_bwd.bwd_dx(*args[:8]))
+    monkeypatch.setattr(cutile_ssd, "state_walks", lambda *args: ref_bwd.state_walks(*args[:9]))  # not walks
+    monkeypatch.setattr(cutile_ssd, "bwd_dx", lambda *args: ref_bwd.bwd_dx(*args[:9]))  # not dA_log2
     for name in ("bwd_dbc", "chunk_cumsum_bwd"):
         monkeypatch.setattr(cutile_ssd, name, getattr(ref_bwd, name))
     monkeypatch.setattr(cutile_ssd, "check_inputs", lambda tensors, chunk_size: None)
@@ -125,9 +157,9 @@ def test_backward_hands_stage_1s_third_output_to_bwd_dx(reference_stages, monkey
         dt_out, dA_cumsum = reference.chunk_cumsum(dt, A, chunk_size, *rest)
         return dt_out, dA_cumsum, dA_cumsum * 2.0
 
-    def bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D=None, dA_log2=None):
+    def bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D=None, seq_idx=None, dA_log2=None):
         handed.append((dA_cumsum, dA_log2))
-        return ref_bwd.bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D)
+        return ref_bwd.bwd_dx(x, dy, B, C, dt_out, dA_cumsum, dstates, D, seq_idx)
 
     monkeypatch.setattr(cutile_ssd, "chunk_cumsum_log2", chunk_cumsum_log2)
     monkeypatch.setattr(cutile_ssd, "bwd_dx", bwd_dx)
@@ -142,11 +174,13 @@ def test_backward_hands_stage_1s_third_output_to_bwd_dx(reference_stages, monkey
         assert (a is None and w is None) or torch.equal(a, w)
 
 
+@pytest.mark.parametrize("with_seq_idx", [False, True], ids=["one document", "seq_idx"])
 @pytest.mark.parametrize("backward", ["reference", "cutile"])
-def test_eager_path_is_a_function_with_autograds_gradients(reference_stages, backward):
+def test_eager_path_is_a_function_with_autograds_gradients(reference_stages, backward, with_seq_idx):
     """Outside torch.compile the cutile backend is the autograd.Function kernels.op builds over the ops' bodies: its
     outputs and the gradient of every input equal autograd's through kernels.reference.ssd_chunked, with the final
-    state in the loss and without it (its gradient then reaches the backward as None)."""
+    state in the loss and without it (its gradient then reaches the backward as None). With document boundaries,
+    seq_idx reaches every stage and pass (the results differ from one document's) and gets no gradient."""
     from kernels import reference
 
     torch.manual_seed(2)
@@ -155,10 +189,13 @@ def test_eager_path_is_a_function_with_autograds_gradients(reference_stages, bac
     A, D, bias, init = -torch.rand(h) - 0.1, torch.randn(h), torch.randn(h), torch.randn(b, h, p, n)
     inputs = [t.requires_grad_() for t in (x, dt, A, B, C, D, bias, init)]
     dy, dfinal = torch.randn(b, l, h, p), torch.randn(b, h, p, n)
+    seq_idx = documents(b, l, 16, seed=1) if with_seq_idx else None
 
-    def outputs_and_grads(fn, use_final):
+    def outputs_and_grads(fn, use_final, seq_idx=seq_idx):
         x, dt, A, B, C, D, bias, init = inputs
-        y, final = fn(x, dt, A, B, C, 16, D, bias, True, init, *([backward] if fn is cutile_ssd.ssd_cutile else []))
+        y, final = fn(
+            x, dt, A, B, C, 16, D, bias, True, init, seq_idx, *([backward] if fn is cutile_ssd.ssd_cutile else [])
+        )
         loss = (y * dy).sum() + ((final * dfinal).sum() if use_final else 0)
         return y, final, torch.autograd.grad(loss, inputs)
 
@@ -166,6 +203,10 @@ def test_eager_path_is_a_function_with_autograds_gradients(reference_stages, bac
         y, final, grads = outputs_and_grads(cutile_ssd.ssd_cutile, use_final)
         assert type(y.grad_fn).__name__ == "mamba2_cutile::ssdBackward"
         want_y, want_final, want_grads = outputs_and_grads(reference.ssd_chunked, use_final)
+        if with_seq_idx:  # the boundaries change the results: none of them is lost on the way
+            one_document = outputs_and_grads(reference.ssd_chunked, use_final, None)
+            assert not torch.allclose(y, one_document[0], atol=1e-3)
+            assert not torch.allclose(final, one_document[1], atol=1e-3)
         torch.testing.assert_close(y, want_y)
         torch.testing.assert_close(final, want_final)
         for name, got, want in zip(("x", "dt", "A", "B", "C", "D", "dt_bias", "init"), grads, want_grads):
@@ -187,10 +228,10 @@ def test_unused_outputs_reach_the_backward_as_none(reference_stages, monkeypatch
     b, l, h, p, g, n = 1, 20, 2, 4, 1, 4
     x = torch.randn(b, l, h, p, requires_grad=True)
     args = (torch.randn(b, l, h), -torch.rand(h) - 0.1, torch.randn(b, l, g, n), torch.randn(b, l, g, n), 16)
-    y, final = cutile_ssd.ssd_cutile(x, *args, None, None, True, None, "cutile")
+    y, final = cutile_ssd.ssd_cutile(x, *args, None, None, True, None, None, "cutile")
     y.sum().backward()
     dfinal = torch.randn(b, h, p, n)
-    y, final = cutile_ssd.ssd_cutile(x, *args, None, None, True, None, "cutile")
+    y, final = cutile_ssd.ssd_cutile(x, *args, None, None, True, None, None, "cutile")
     (final * dfinal).sum().backward()
     assert received[0] is None and torch.equal(received[1], dfinal)
 
@@ -200,15 +241,16 @@ def test_compiled_and_eager_paths_agree(reference_stages, backward):
     """torch.compile(fullgraph=True) traces ssd_cutile as the custom op mamba2_cutile::ssd_fwd (no graph break, not
     the Function), and the compiled forward and backward give the eager path's outputs and gradients (here on the
     CPU, through the same bodies with the reference stages; the op's CPU kernel is its body, which refuses CPU
-    tensors unless its checks are replaced)."""
+    tensors unless its checks are replaced), with document boundaries (seq_idx, an int tensor argument of the op)."""
     cutile_ssd.ssd_fwd.register_kernel("cpu")(cutile_ssd.ssd_forward)
     torch.manual_seed(3)
     b, l, h, p, g, n = 1, 40, 2, 8, 1, 4
     x, B, C, dt = torch.randn(b, l, h, p), torch.randn(b, l, g, n), torch.randn(b, l, g, n), torch.randn(b, l, h)
     A, D, bias = -torch.rand(h) - 0.1, torch.randn(h), torch.randn(h)
+    seq_idx = documents(b, l, 16, seed=3)
 
     def loss(x, dt, A, B, C, D, bias):
-        y, final = cutile_ssd.ssd_cutile(x, dt, A, B, C, 16, D, bias, True, None, backward)
+        y, final = cutile_ssd.ssd_cutile(x, dt, A, B, C, 16, D, bias, True, None, seq_idx, backward)
         return y.square().sum() + final.sum()
 
     def value_and_grads(fn):
@@ -252,21 +294,26 @@ def test_cutile_backward_glue_with_reference_passes(reference_stages):
     def like(tensors):  # what torch.compile traces with: shapes and dtypes
         return [(t.shape, t.dtype) for t in tensors]
 
-    for dfinal in (torch.randn(b, h, p, n), None):
-        got = cutile_ssd.ssd_bwd(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init, "cutile")
-        want = cutile_ssd.ssd_bwd(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init, "reference")
+    for dfinal, seq_idx in (
+        (torch.randn(b, h, p, n), None),
+        (None, None),
+        (torch.randn(b, h, p, n), documents(b, l, 16, 4)),
+    ):
+        got = cutile_ssd.ssd_bwd(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init, seq_idx, "cutile")
+        want = cutile_ssd.ssd_bwd(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init, seq_idx, "reference")
         for a, w in zip(got, want, strict=True):
             torch.testing.assert_close(a, w, rtol=1e-4, atol=1e-5)
             assert a.dtype == w.dtype and a.is_contiguous()
-        assert like(got) == like(fake(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init, ""))
-    absent = cutile_ssd.ssd_bwd(dy, None, x, dt, A, B, C, 16, None, None, False, None, "cutile")
+        assert like(got) == like(fake(dy, dfinal, x, dt, A, B, C, 16, D, bias, True, init, seq_idx, ""))
+    absent = cutile_ssd.ssd_bwd(dy, None, x, dt, A, B, C, 16, None, None, False, None, None, "cutile")
     assert absent[5].numel() == 0 and absent[4].shape == (3, h) and not absent[4][1:].any()
-    assert like(absent) == like(fake(dy, None, x, dt, A, B, C, 16, None, None, False, None, ""))
+    assert like(absent) == like(fake(dy, None, x, dt, A, B, C, 16, None, None, False, None, None, ""))
 
 
 def test_cutile_backward_runs_at_its_own_chunk_size(reference_stages, monkeypatch):
     """Forward chunk 128 or 256: the cuTile backward's passes see BACKWARD_CHUNK-token chunks and still
-    give the gradients of the forward's chunked form (float64, reference passes swapped in)."""
+    give the gradients of the forward's chunked form (float64, reference passes swapped in), also with document
+    boundaries: the masks at the backward's chunks are those of the same documents."""
     seen = []
     stage_1 = cutile_ssd.chunk_cumsum_log2
 
@@ -280,10 +327,10 @@ def test_cutile_backward_runs_at_its_own_chunk_size(reference_stages, monkeypatc
     f64 = torch.float64
     x, B, C = torch.randn(b, l, h, p, dtype=f64), torch.randn(b, l, g, n, dtype=f64), torch.randn(b, l, g, n, dtype=f64)
     dt, A, dy = torch.randn(b, l, h, dtype=f64), -torch.rand(h, dtype=f64) - 0.1, torch.randn(b, l, h, p, dtype=f64)
-    for chunk in (128, 256):
+    for chunk, seq_idx in ((128, None), (256, None), (128, documents(b, l, 128, seed=5))):
         seen.clear()
-        got = cutile_ssd.ssd_bwd(dy, None, x, dt, A, B, C, chunk, None, None, True, None, "cutile")
-        want = cutile_ssd.ssd_bwd(dy, None, x, dt, A, B, C, chunk, None, None, True, None, "reference")
+        got = cutile_ssd.ssd_bwd(dy, None, x, dt, A, B, C, chunk, None, None, True, None, seq_idx, "cutile")
+        want = cutile_ssd.ssd_bwd(dy, None, x, dt, A, B, C, chunk, None, None, True, None, seq_idx, "reference")
         assert seen == [BACKWARD_CHUNK]
         for a, w in zip(got[:5], want[:5]):
             torch.testing.assert_close(a, w, rtol=1e-9, atol=1e-10)

@@ -38,12 +38,12 @@ def test_bf16_tuned_defaults_stay_with_bf16_inputs(dtype, monkeypatch):
     state_default, state_space, _ = got["fwd_pass_state"]
     bf16 = dtype == torch.bfloat16
     # the kernel's dA_cumsum argument (after dt_out) and its last flag, G_LOG2, before the chunks a program takes and
-    # the last chunk's index
-    assert dx_args[-3] is bf16 and dx_args[-2:] == (dx_default.chunks, 0)
+    # the last chunk's index (then seq_idx's stand-in and HAS_SEQ_IDX)
+    assert dx_args[-5] is bf16 and dx_args[-4:-2] == (dx_default.chunks, 0)
     assert torch.equal(dx_args[5], rows.view(b, h, Q) * (dx_module.LOG2E if bf16 else 1.0))
     # given the log2 copy (the SSD's backward: chunk_cumsum_log2 wrote it), bf16 takes it as it is, no host multiply
     log2 = torch.full((b, h, 1, Q), 3.0)
-    dx_module.bwd_dx(x, dy, B, C, rows, rows, states, torch.zeros(h), log2)
+    dx_module.bwd_dx(x, dy, B, C, rows, rows, states, torch.zeros(h), dA_log2=log2)
     assert got["bwd_dx"][2][5].data_ptr() == (log2 if bf16 else rows).data_ptr()
     assert dx_default.occupancy == (2 if bf16 else 1)
     assert out_default.TILE_T == (128 if bf16 else 64) and out_default.blocks == (2 if bf16 else 1)
@@ -73,4 +73,93 @@ def test_the_forward_walk_takes_one_or_two_chunks_an_iteration(monkeypatch):
     x, B, rows = torch.zeros(b, l, h, p), torch.zeros(b, l, 1, n), torch.zeros(b, h, l // Q, Q)
     with pytest.raises(ValueError, match="fwd_pass_state walks 1 or 2 chunks an iteration, not 3"):
         state_module.fwd_pass_state(x, B, rows, rows)
-    assert [specs[k][2][-1] for k in (1, 2)] == [1, 2]  # the kernel's STEP
+    assert [specs[k][2][-3] for k in (1, 2)] == [1, 2]  # the kernel's STEP (before seq_idx and HAS_SEQ_IDX)
+
+
+def test_every_ssd_launch_takes_seq_idx_last(monkeypatch):
+    """The cuTile SSD forward and backward with their launches recorded on CPU tensors: every stage that masks by
+    document (all but chunk_cumsum and chunk_cumsum_bwd) gets seq_idx and HAS_SEQ_IDX True as its last two arguments
+    and tunes under the shape's key suffixed "_seq_idx"; without seq_idx, a float32 array stands in, HAS_SEQ_IDX is
+    False and the key is the shape's own (the shipped table's keys)."""
+    import contextlib
+
+    import cuda.tile as ct
+
+    from kernels.cutile import launch as launch_module
+    from kernels.cutile import ssd as cutile_ssd
+    from kernels.cutile import tuning
+
+    launched: dict[str, tuple] = {}
+    keys: dict[str, str] = {}
+
+    def choose(name, key, default, space, device, spec):
+        keys[name] = key
+        return default
+
+    def launch(stream, grid, kernel, args, **options):
+        launched[kernel._pyfunc.__name__.removesuffix("_kernel")] = args
+
+    monkeypatch.setattr(ct, "launch", launch)
+    monkeypatch.setattr(tuning, "choose", choose)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(launch_module, "raw_stream", lambda device: 0)
+    monkeypatch.setattr(cutile_ssd, "check_inputs", lambda tensors, chunk_size: None)
+    b, l, h, p, g, n, Q = 2, 100, 2, 16, 1, 16, 64
+    x, dy, B, C = torch.randn(b, l, h, p), torch.randn(b, l, h, p), torch.randn(b, l, g, n), torch.randn(b, l, g, n)
+    dt, A = torch.rand(b, l, h), -torch.rand(h)
+    masked = {"fwd_pass_state", "compute_out", "state_walks", "bwd_dx", "bwd_dbc"}
+    shape = f"b{b}_l{l}_h{h}_p{p}_g{g}_n{n}"
+    for seq_idx in (None, torch.zeros(b, l, dtype=torch.int32)):
+        launched.clear()
+        cutile_ssd.ssd_forward(x, dt, A, B, C, 128, None, None, True, None, seq_idx, "cutile")
+        cutile_ssd.ssd_backward(dy, None, x, dt, A, B, C, 128, seq_idx=seq_idx)
+        assert set(launched) == masked | {"chunk_cumsum", "chunk_cumsum_bwd"}
+        for name in masked:
+            ids, has_seq_idx = launched[name][-2:]
+            chunk = 128 if name in ("fwd_pass_state", "compute_out") else Q
+            if seq_idx is None:
+                assert has_seq_idx is False and ids.dtype == torch.float32, name
+                assert keys[name] == f"{shape}_Q{chunk}_float32", name
+            else:
+                assert has_seq_idx is True and ids is seq_idx, name
+                assert keys[name] == f"{shape}_Q{chunk}_float32_seq_idx", name
+        for name in ("chunk_cumsum", "chunk_cumsum_bwd"):
+            assert not any(arg is seq_idx for arg in launched[name]) and not keys[name].endswith("_seq_idx"), name
+    for walks in ("one stream", "aside"):  # the two walks launched apart take it too
+        launched.clear()
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream())
+        monkeypatch.setattr(torch.cuda, "Stream", lambda device: _Stream())
+        monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+        cutile_ssd.ssd_backward(dy, None, x, dt, A, B, C, 64, seq_idx=seq_idx, walks=walks)
+        for name in ("fwd_pass_state", "bwd_pass_state"):
+            assert launched[name][-2] is seq_idx and launched[name][-1] is True, (walks, name)
+
+
+class _Stream:
+    """A stand-in for a CUDA stream: waits are no operation."""
+
+    def wait_stream(self, other: _Stream) -> None:
+        pass
+
+
+def test_each_masking_kernel_declares_specializations_with_and_without_seq_idx():
+    """Every SSD kernel that masks by document declares specializations with seq_idx (so CI compiles the masks) and
+    without; their last two parameters are seq_idx and HAS_SEQ_IDX, as the host functions pass them: an int32 (b, l)
+    array and True, or the float32 (b, h, c·Q) rows standing in and False."""
+    import cuda.tile as ct
+    from cuda.tile import compilation as ctc
+
+    from bench import aot
+
+    masking = {"fwd_pass_state", "compute_out", "bwd_pass_state", "state_walks", "bwd_dx", "bwd_dbc"}
+    seen: dict[str, set[bool]] = {stage: set() for stage in masking}
+    for label, _, signature in aot.every_signature():
+        stage = label.split("[")[0]
+        if stage not in masking:
+            continue
+        ids, flag = signature.parameters[-2:]
+        assert isinstance(ids, ctc.ArrayConstraint) and isinstance(flag, ctc.ConstantConstraint), label
+        assert flag.value == ("seq_idx" in label), label
+        assert (ids.dtype, ids.ndim) == ((ct.int32, 2) if flag.value else (ct.float32, 3)), label
+        seen[stage].add(flag.value)
+    assert all(flags == {False, True} for flags in seen.values()), seen

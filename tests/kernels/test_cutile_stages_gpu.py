@@ -91,7 +91,7 @@ def test_backward_stages(dtype, chunk, p, n):
         assert rel_err(a, b) < TOL[dtype], name
     # handed the log2 copy the host would form (as chunk_cumsum_log2 writes it), the same results
     log2 = dA.float() * LOG2E
-    again = bwd_dx(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA), *stored(dtype, dstates), *f32(t64["D"]), log2)
+    again = bwd_dx(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA), *stored(dtype, dstates), *f32(t64["D"]), dA_log2=log2)
     assert all(torch.equal(a, b) for a, b in zip(again, got))
 
     dB, dC, da_inter = ref_bwd.bwd_dbc(t64["x"], dy64, t64["B"], t64["C"], dt_out, dA, states, dstates)

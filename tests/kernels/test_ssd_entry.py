@@ -59,6 +59,20 @@ def test_a_that_does_not_decay_is_refused(value):
         kernels.ssd(x, dt, A, B, C, 16)
 
 
+def test_seq_idx_restarts_the_state_and_is_checked():
+    x, dt, A, B, C = make()
+    seq_idx = torch.tensor([[0] * 7 + [1] * 23, [0] * 16 + [1] * 14], dtype=torch.int32)  # one edge on a chunk edge
+    y, state = kernels.ssd(x, dt, A, B, C, 16, seq_idx=seq_idx, dt_softplus=True, return_final_states=True)
+    y_ref, state_ref = ssd_recurrent(x, dt, A, B, C, dt_softplus=True, seq_idx=seq_idx)
+    torch.testing.assert_close(y, y_ref.float(), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(state, state_ref.float(), rtol=1e-4, atol=1e-4)
+    y_alone = kernels.ssd(x[:1, 7:], dt[:1, 7:], A, B[:1, 7:], C[:1, 7:], 16, dt_softplus=True)
+    torch.testing.assert_close(y[:1, 7:], y_alone, rtol=1e-4, atol=1e-4)  # the second document as if alone
+    for bad, message in ((seq_idx.long(), "int32"), (seq_idx[:, :-1], r"\(batch, seqlen\) = \(2, 30\)")):
+        with pytest.raises(ValueError, match=message):
+            kernels.ssd(x, dt, A, B, C, 16, seq_idx=bad)
+
+
 def test_heads_not_divisible_by_groups():
     x, dt, A, _, _ = make()
     B = C = torch.randn(2, 30, 3, 6)

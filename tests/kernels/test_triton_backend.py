@@ -20,8 +20,10 @@ import torch
 from kernels.reference import ssd_chunked
 
 
-def _fwd(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None, dt_softplus=False, **_):
-    y, final_state = ssd_chunked(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states)
+def _fwd(
+    x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None, seq_idx=None, dt_softplus=False, **_
+):
+    y, final_state = ssd_chunked(x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, initial_states, seq_idx)
     return y.contiguous(), None, None, None, None, final_state.clone()  # fresh and dense, as mamba_ssm returns
 
 
@@ -39,6 +41,7 @@ def _bwd(
     dt_bias=None,
     initial_states=None,
     dfinal_states=None,
+    seq_idx=None,
     dt_softplus=False,
     **_,
 ):
@@ -49,7 +52,7 @@ def _bwd(
     }
 
     def ssd(inputs):
-        return ssd_chunked(chunk_size=chunk_size, dt_softplus=dt_softplus, **inputs)
+        return ssd_chunked(chunk_size=chunk_size, dt_softplus=dt_softplus, seq_idx=seq_idx, **inputs)
 
     (_, final_state), vjp = torch.func.vjp(ssd, present)  # below autograd, as a custom op runs: functorch's vjp
     dfinal = torch.zeros_like(final_state) if dfinal_states is None else dfinal_states.to(final_state.dtype)
@@ -118,14 +121,42 @@ def test_forward_and_gradients_pass_through(triton_backend, with_optional):
         torch.testing.assert_close(grads[name], grads_ref[name], msg=name)
 
 
+def test_document_boundaries_pass_through(triton_backend):
+    """seq_idx reaches mamba_ssm's forward and backward: values and gradients as the reference's with seq_idx,
+    and not as without it."""
+    inputs = _inputs(True)
+    seq_idx = torch.tensor([[0] * 10 + [1] * 20 + [2] * 7, [0] * 37], dtype=torch.int32)
+
+    def run(fn, seq):
+        leaves = {k: v.clone().requires_grad_() for k, v in inputs.items()}
+        y, state = fn(
+            *(leaves[k] for k in ("x", "dt", "A", "B", "C")),
+            16,
+            leaves["D"],
+            leaves["dt_bias"],
+            True,
+            leaves["initial_states"],
+            seq,
+        )
+        (y.square().sum() + state.sum()).backward()
+        return [y, state.float(), *(v.grad for v in leaves.values())]
+
+    got, want = run(triton_backend.ssd_triton, seq_idx), run(ssd_chunked, seq_idx)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    assert not torch.allclose(got[0], run(ssd_chunked, None)[0])
+
+
 def test_opcheck_schema_fake_and_autograd(triton_backend):
     """torch.library.opcheck: the schema, the fake implementation and the autograd registration agree."""
     inputs = _inputs(True, dtype=torch.float32)
     args = [inputs[k] for k in ("x", "dt", "A", "B", "C")]
     args = [t.requires_grad_() for t in args]
     optional = [inputs["D"].requires_grad_(), inputs["dt_bias"].requires_grad_(), True, inputs["initial_states"]]
-    torch.library.opcheck(triton_backend.ssd_fwd, (*args, 16, optional[0], optional[1], optional[2], optional[3]))
-    torch.library.opcheck(triton_backend.ssd_fwd, (*args, 16, None, None, False, None))
+    seq_idx = torch.tensor([[0] * 20 + [1] * 17, [0] * 37], dtype=torch.int32)
+    torch.library.opcheck(triton_backend.ssd_fwd, (*args, 16, *optional, None))
+    torch.library.opcheck(triton_backend.ssd_fwd, (*args, 16, *optional, seq_idx))
+    torch.library.opcheck(triton_backend.ssd_fwd, (*args, 16, None, None, False, None, None))
 
 
 def test_compiles_as_one_graph(triton_backend):
@@ -157,7 +188,7 @@ def test_compiles_as_one_graph(triton_backend):
     torch._dynamo.reset()
     compiled = torch.compile(f, fullgraph=True, backend=recording)
     loss = compiled(x)
-    assert traced == [10]
+    assert traced == [11]
     loss.backward()
     x_ref = inputs["x"].clone().requires_grad_()
     f(x_ref).backward()

@@ -191,10 +191,17 @@ def test_shipped_table_is_used_after_the_cache_and_only_inside_todays_space(tmp_
         assert tuning.choose("compute_out", "s1", OutConfig(), space, "cuda:0", None) == OutConfig(128, 32, 4, 1)
         assert tuning.choose("compute_out", "s2", OutConfig(), space, "cuda:0", None) == OutConfig(128, 32, 4, 1)
         assert tuning.choose("compute_out", "s3", OutConfig(), space, "cuda:0", None) == OutConfig()
+        # with document boundaries, a shape the table lacks starts from its entry without them
+        assert tuning.choose("compute_out", "s1_seq_idx", OutConfig(), space, "cuda:0", None) == OutConfig(
+            128, 32, 4, 1
+        )
+        assert tuning.choose("compute_out", "s5_seq_idx", OutConfig(), space, "cuda:0", None) == OutConfig()
         assert {k: v["source"] for k, v in tuning.chosen().items()} == {
             "compute_out|s1": "shipped",
             "compute_out|s2": "cache",
             "compute_out|s3": "default",
+            "compute_out|s1_seq_idx": "shipped",
+            "compute_out|s5_seq_idx": "default",
         }
         assert tuning.chosen()["compute_out|s1"]["mean_us"] == 5.0
         tuning.set_autotune(True)

@@ -222,9 +222,9 @@ def test_auto_layers_call_the_cutile_kernels_where_cutile_runs(monkeypatch):
     stand-ins that record their calls and compute the torch layers)."""
     calls = []
 
-    def conv(x, weight, bias, sizes):
+    def conv(x, weight, bias, sizes, seq_idx=None):
         calls.append("conv")
-        return causal_conv1d_silu(x, weight, bias).split(sizes, dim=-1)
+        return causal_conv1d_silu(x, weight, bias, seq_idx).split(sizes, dim=-1)
 
     def norm(x, weight, eps, z=None, group_size=None):
         calls.append("norm")
@@ -261,3 +261,24 @@ def test_loss_equals_cross_entropy_of_the_logits_and_the_standin_backend_replace
     next_token_loss(other, tokens).backward()
     block = other.layers[0]
     assert block.D.grad is not None and block.A_log.grad is None
+
+
+def test_packed_documents_are_modelled_as_if_alone():
+    """With seq_idx, each document of a packed row gets the logits it gets alone (conv windows and SSD states
+    restart at every boundary, in every layer); without it the later documents read the earlier ones."""
+    torch.manual_seed(0)
+    model = Mamba2LM(Mamba2Config(**CFG)).eval()
+    lengths = [1, 11, 8, 13]  # a one-token document, one crossing a chunk edge, one exactly a chunk, a longer one
+    docs = [torch.randint(0, 97, (1, n)) for n in lengths]
+    packed = torch.cat(docs, dim=1)
+    seq_idx = torch.cat([torch.full((1, n), i, dtype=torch.int32) for i, n in enumerate(lengths)], dim=1)
+    with torch.no_grad():
+        logits = model(packed, seq_idx=seq_idx)
+        alone = torch.cat([model(d) for d in docs], dim=1)
+        leaky = model(packed)
+    torch.testing.assert_close(logits, alone, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(leaky[:, lengths[0] :], alone[:, lengths[0] :], atol=1e-3)
+    shifted = seq_idx.clone()
+    shifted[0, 12] = 1  # the third document's first token moved into the second: its logits change
+    with torch.no_grad():
+        assert not torch.allclose(model(packed, seq_idx=shifted), alone, atol=1e-3)
