@@ -96,15 +96,17 @@ sweep)
 report)
     # BENCHMARKS.md's first line is this command's, so rerunning it on the committed results changes nothing. The
     # step without CUDA graphs comes from its series once that exists, else from the single run; it, the L 8192
-    # runs and the scaling run are left out when absent. The other series must exist.
+    # runs, the scaling run and the sweep are left out when absent. The other series must exist.
     [ -f "$results/$step_series.json" ] && step_quick=$step_series
     steps=$graphs_series,$layers_series
     [ -f "$results/$step_quick.json" ] && steps=$step_quick,$steps
     for s in "$l8192_quick" "$l8192_series"; do [ -f "$results/$s.json" ] && steps=$steps,$s; done
     scaling=()
     [ -f "$results/$scaling_run.json" ] && scaling=(--scaling "$scaling_run")
+    sweep=()  # the sweep's series lives in git history (kept out of the tree for size); rendered when present
+    [ -f "$results/$sweep_series.json" ] && sweep=(--sweep "$sweep_series")
     python -m bench.report --results "$results" --out "${OUT:-.}" --kernels "$kernels_series" --step "$steps" \
-        "${scaling[@]}" --sweep "$sweep_series"
+        "${scaling[@]}" "${sweep[@]}"
     ;;
 *)
     echo "bench/headline.sh: unknown part '$part'; use kernels, step, step_graphs, step_layers, step_l8192, sweep" \
