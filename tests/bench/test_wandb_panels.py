@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 from bench import wandb_panels
 
-wandb = pytest.importorskip("wandb")
+pytest.importorskip("wandb")
 
 
 def offline_run(root, rows: list[dict]):
-    run = wandb.init(mode="offline", dir=str(root), project="p", settings=wandb.Settings(silent=True))
-    for row in rows:
-        run.log(row)
-    run.finish()
+    """An offline wandb run logging `rows`, made in a process of its own: wandb.init leaves global state behind
+    (its setup singleton) that would change later in-process runs of train.py."""
+    script = (
+        "import json, sys, wandb\n"
+        "run = wandb.init(mode='offline', dir=sys.argv[1], project='p', settings=wandb.Settings(silent=True))\n"
+        "for row in json.loads(sys.stdin.read()):\n    run.log(row)\nrun.finish()\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(root)], input=json.dumps(rows), text=True, check=True)
     (folder,) = (root / "wandb").glob("offline-run-*")
     return folder
 
 
-def test_history_reads_back_every_logged_row_and_renders(tmp_path, monkeypatch):
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+def test_history_reads_back_every_logged_row_and_renders(tmp_path):
     # enough rows to cross the log's 32 KiB blocks, so records split over blocks are joined
     rows = [{"trainer/global_step": i, "time/step_ms": 50.0 + i % 3, "train/loss": 10.0 / (i + 1)} for i in range(600)]
     rows += [{"trainer/global_step": 600, "note": "x" * 40000}]  # one record longer than a block
