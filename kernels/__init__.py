@@ -6,9 +6,9 @@
 
 The arguments it takes are mamba_ssm's `mamba_chunk_scan_combined`'s, by the same names and meanings: x, dt, A, B,
 C, chunk_size and D by position, the rest by keyword (mamba_ssm's positions differ: z comes after D). It takes no z,
-cu_seqlens or dt_limit. `seq_idx` marks packed documents, with mamba_ssm's meaning, on every backend. Backends and how one is chosen: kernels/backends.py. Also here: `set_autotune`
-(cuTile block-size search per shape) and `tuning_choices` (the cuTile configurations this process decided on, for
-the record).
+cu_seqlens or dt_limit. `seq_idx` marks packed documents, with mamba_ssm's meaning, on every backend. Backends and
+how one is chosen: kernels/backends.py. Also here: `set_autotune` (cuTile block-size search per shape) and
+`tuning_choices` (the cuTile configurations this process decided on, for the record).
 """
 
 from __future__ import annotations
@@ -42,8 +42,7 @@ def _check_shapes(tensors: dict[str, Tensor | None], chunk_size: int) -> None:
             absent).
     """
     x, dt, A, B, C = (tensors[k] for k in ("x", "dt", "A", "B", "C"))
-    seq_idx = tensors.pop("seq_idx", None)
-    D, dt_bias, initial_states = tensors["D"], tensors["dt_bias"], tensors["initial_states"]
+    D, dt_bias, initial_states, seq_idx = (tensors[k] for k in ("D", "dt_bias", "initial_states", "seq_idx"))
     if x.dim() != 4:
         raise ValueError(f"x must be (batch, seqlen, nheads, headdim), got shape {tuple(x.shape)}")
     b, l, h, p = x.shape
@@ -76,7 +75,7 @@ def _check_shapes(tensors: dict[str, Tensor | None], chunk_size: int) -> None:
             f"seq_idx must be (batch, seqlen) = {(b, l)} int32, got {tuple(seq_idx.shape)} {seq_idx.dtype}"
         )
     for name, t in tensors.items():
-        if t is not None and not t.is_floating_point():
+        if t is not None and name != "seq_idx" and not t.is_floating_point():
             raise ValueError(f"{name} must be a floating-point tensor, got {t.dtype}")
     if B.dtype != C.dtype:
         raise ValueError(f"B and C must share a dtype, got {B.dtype} and {C.dtype}")
@@ -137,7 +136,7 @@ def ssd(
         row's last document.
     """
     tensors = {"x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "dt_bias": dt_bias, "initial_states": initial_states}
-    _check_shapes({**tensors, "seq_idx": seq_idx}, chunk_size)
+    _check_shapes(tensors | {"seq_idx": seq_idx}, chunk_size)
     _check_values(A)
     if backward not in BACKWARDS:
         raise ValueError(f"backward must be one of {', '.join(BACKWARDS)}, got {backward!r}")
