@@ -25,8 +25,11 @@ so measuring does not synchronize the steps it measures; the same loop without a
 after it, gives the timer's own cost (timer_cost: the marked loop over the mean of the two, so that a first
 loop's or a drifting GPU's cost does not land on the timer; timer_loops_ms holds the three). --profile adds
 each variant's GPU kernels: the 20 largest, and every kernel's time and launches per step.
+--documents lists packed-document kinds (bench.documents: seq_idx); every variant runs once per kind, all rows
+alternating in one loop, so the cost of document boundaries is measured side by side (row variant@kind).
 
     python -m bench.bench_step --quick --modes compile --backends standin,triton --out results/step.json
+    python -m bench.bench_step --modes compile --backends triton,cutile_bwd+conv+norm --documents none,short,stdlib
     python -m bench.bench_step --configs tiny --seqlens 64 --tokens_per_step 128 --backends torch,standin --steps 2
 """
 
@@ -68,6 +71,22 @@ def split_label(label: str) -> tuple[str, dict[str, str]]:
     return base, {key: "cutile" if suffix in extras else "torch" for suffix, key in STEP_LAYERS.items()}
 
 
+def documents_kinds(value: str) -> list[str]:
+    """--documents' comma-separated kinds; ValueError, one line naming the choices, if one is unknown or repeated."""
+    kinds = value.split(",")
+    unknown = [k for k in kinds if k not in DOCUMENTS]
+    repeated = sorted({k for k in kinds if kinds.count(k) > 1 and k not in unknown})
+    if unknown or repeated:
+        bad = [f"unknown {k!r}" for k in unknown] + [f"{k!r} given twice" for k in repeated]
+        raise ValueError(f"--documents: {', '.join(bad)}; choose from {', '.join(DOCUMENTS)}, each once")
+    return kinds
+
+
+def row_key(label: str, kind: str) -> str:
+    """A row's name in a cell: its variant label, with "@kind" where its documents are not "none"."""
+    return label if kind == "none" else f"{label}@{kind}"
+
+
 def compile_mode(name: str, args: argparse.Namespace) -> str | None:
     """The torch.compile mode of the compiled rows: --compile_mode, else configs/<name>.yaml's model.compile_mode."""
     if args.compile_mode is not None:
@@ -98,34 +117,39 @@ def load_module(name: str, label: str, seqlen: int, compile_model: bool, compile
     return module
 
 
-def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: bool, args, device: str) -> list[dict]:
+def bench(
+    name: str, seqlen: int, batch: int, labels: list[str], kinds: list[str], compile_model: bool, args, device: str
+) -> list[dict]:
+    """One cell: every variant in `labels` once per documents kind in `kinds`, alternating; its records."""
     mode = compile_mode(name, args)
-    modules = {label: load_module(name, label, seqlen, compile_model, mode).to(device) for label in labels}
-    seq_idx = packed_seq_idx(args.documents, batch, seqlen, device)  # the same documents in every step
+    rows = {row_key(label, kind): (label, kind) for label in labels for kind in kinds}
+    modules = {
+        key: load_module(name, label, seqlen, compile_model, mode).to(device) for key, (label, _) in rows.items()
+    }
+    seq_idx = {kind: packed_seq_idx(kind, batch, seqlen, device) for kind in kinds}  # the same in every step
     steps = {
-        label: TimedStep(
-            lambda tokens, m=m.model: next_token_loss(m, tokens, seq_idx),
+        key: TimedStep(
+            lambda tokens, m=m.model, s=seq_idx[rows[key][1]]: next_token_loss(m, tokens, s),
             list(m.parameters()),
             m.optimizer(fused=True),  # as training under bf16-mixed or fp32: see LanguageModel
             device,
         )
-        for label, m in modules.items()
+        for key, m in modules.items()
     }
     first = next(iter(modules.values()))
     cfg = first.config
     kernels.set_autotune(first.hparams.cutile_autotune if args.autotune is None else args.autotune)
     batches = token_batches(cfg.vocab_size, batch, seqlen, 0, device)
     warmup, failed = {}, {}
-    for label in list(steps):  # compilation and autotuning, timed apart; a variant failing here loses its row only
+    for key in list(steps):  # compilation and autotuning, timed apart; a row failing here is left out alone
         try:
-            warmup |= warm_up({label: steps[label]}, batches, args.warmup, device)
+            warmup |= warm_up({key: steps[key]}, batches, args.warmup, device)
         except Exception as e:
-            failed[label] = f"{type(e).__name__}: {e}"
-            print(f"FAILED {name} L={seqlen} {label}: {failed[label]}", flush=True)
-            del steps[label], modules[label]  # its memory does not stay resident beside the others
+            failed[key] = f"{type(e).__name__}: {e}"
+            print(f"FAILED {name} L={seqlen} {key}: {failed[key]}", flush=True)
+            del steps[key], modules[key]  # its memory does not stay resident beside the others
     if not steps:
         raise RuntimeError("every variant failed in warm-up: " + "; ".join(f"{k}: {v}" for k, v in failed.items()))
-    labels = [label for label in labels if label in steps]
 
     def loop(timed: bool) -> tuple[float, dict[str, list]]:
         """All variants, alternating step by step; ms of the whole loop, marks."""
@@ -142,18 +166,19 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
     peak = peak_tflops(torch.cuda.get_device_name()) if device == "cuda" else None
     flops = train_flops_per_token(cfg)
     records = []
-    for label in labels:
+    for key in steps:
+        label, kind = rows[key]
         base = split_label(label)[0]
-        samples = [m.read() for m in marks[label]]
+        samples = [m.read() for m in marks[key]]
         med = median_split(samples)
         tok_s = batch * seqlen / (med["step_ms"] / 1e3)
         rec = {
             "size": name,
-            "parameters": modules[label].model.num_parameters(),
-            "config": dataclasses.asdict(modules[label].config),
+            "parameters": modules[key].model.num_parameters(),
+            "config": dataclasses.asdict(modules[key].config),
             "seqlen": seqlen,
             "batch": batch,
-            "documents": args.documents,
+            "documents": kind,
             "variant": label,
             "backend": VARIANTS[base][0],
             "backward": None if base == "standin" else VARIANTS[base][1],
@@ -166,7 +191,7 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
             "mfu": flops * tok_s / (peak * 1e12) if peak else None,
             "ssd_share": (med["ssd_forward_ms"] + med["ssd_backward_ms"]) / med["step_ms"],
             "ssd_flops_share": ssd_flops_per_token(cfg) * cfg.n_layer / (flops / 3),
-            "warmup_s": warmup[label],
+            "warmup_s": warmup[key],
             "warmup_steps": args.warmup,
             # the whole loop with marks over the mean of the loop without, run before and after it
             "timer_cost": 2 * timed_ms / (plain_before_ms + plain_after_ms) - 1.0,
@@ -175,27 +200,28 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
         if "above_start_gib" in med and not (compile_model and mode == "reduce-overhead"):
             # the variant alone in a process: what it keeps between steps plus what its step allocates on top
             # (not under CUDA graphs, whose replays allocate from a pool recorded in warm-up)
-            rec["own_peak_gib"] = steps[label].resident_gib() + med["above_start_gib"]
+            rec["own_peak_gib"] = steps[key].resident_gib() + med["above_start_gib"]
         if args.profile:
-            prof = gpu_kernel_ms(lambda s=steps[label]: s(batches[0], timed=False), 2)
+            prof = gpu_kernel_ms(lambda s=steps[key]: s(batches[0], timed=False), 2)
             top = dict(list(prof["by_kernel"].items())[:20])
             rec["profile"] = {"gpu_ms": prof["ms"], "kernels": prof["kernels"], "top_kernels_ms": top}
             # every kernel, for where the rest of a step goes: ms and launches per step
             rec["profile"] |= {"kernels_ms": prof["by_kernel"], "launches": prof["launches"]}
         records.append(rec)
 
-    def layers(rec: dict) -> tuple[str, ...]:
-        return tuple(rec["config"][key] for key in STEP_LAYERS.values())
+    def pairing(rec: dict) -> tuple[str, ...]:
+        """What pairs a row with its standin: its layers' backends and its documents."""
+        return (*(rec["config"][key] for key in STEP_LAYERS.values()), rec["documents"])
 
-    rests = {layers(r): r["median"]["step_ms"] for r in records if r["backend"] == "standin"}
+    rests = {pairing(r): r["median"]["step_ms"] for r in records if r["backend"] == "standin"}
     for rec in records:
-        rest = rests.get(layers(rec))
+        rest = rests.get(pairing(rec))
         if rest is not None and rec["backend"] != "standin":
             rec["ssd_ms_by_subtraction"] = rec["median"]["step_ms"] - rest
             rec["ssd_share_by_subtraction"] = rec["ssd_ms_by_subtraction"] / rec["median"]["step_ms"]
-        med = rec["median"]
+        med, row = rec["median"], row_key(rec["variant"], rec["documents"])
         print(
-            f"{name:6s} L={seqlen:6d} {rec['mode']:7s} {rec['variant']:10s} step {med['step_ms']:8.2f} ms "
+            f"{name:6s} L={seqlen:6d} {rec['mode']:7s} {row:10s} step {med['step_ms']:8.2f} ms "
             f"(fwd {med['forward_ms']:.2f} bwd {med['backward_ms']:.2f} opt {med['optimizer_ms']:.2f}; "
             f"ssd in-step {med['ssd_forward_ms'] + med['ssd_backward_ms']:.2f}, by subtraction "
             f"{rec.get('ssd_ms_by_subtraction', float('nan')):.2f}) {rec['tokens_per_s']:,.0f} tok/s "
@@ -205,7 +231,10 @@ def bench(name: str, seqlen: int, batch: int, labels: list[str], compile_model: 
             flush=True,
         )
     mode_fields = {"mode": "compile" if compile_model else "eager"} | ({"compile_mode": mode} if compile_model else {})
-    failures = [{"size": name, "seqlen": seqlen, "variant": k, **mode_fields, "error": v} for k, v in failed.items()]
+    failures = [
+        {"size": name, "seqlen": seqlen, "variant": rows[k][0], "documents": rows[k][1], **mode_fields, "error": v}
+        for k, v in failed.items()
+    ]
     return records + failures
 
 
@@ -247,8 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--documents",
         default="none",
-        choices=DOCUMENTS,
-        help="packed documents (seq_idx) of every step: bench.documents",
+        help=f"packed documents (seq_idx): kinds of bench.documents ({', '.join(DOCUMENTS)}), comma-separated; "
+        "every variant runs once per kind, side by side (e.g. none,short,stdlib)",
     )
     ap.add_argument("--profile", action="store_true", help="record each variant's 20 largest GPU kernels")
     args = parse_run_arguments(ap, argv)
@@ -263,6 +292,10 @@ def main(argv: list[str] | None = None) -> int:
             f"unknown variants {unknown} (choose from {', '.join(VARIANTS)}, each optionally +conv, +norm), "
             "or steps < 1, or warmup < 0"
         )
+    try:
+        kinds = documents_kinds(args.documents)
+    except ValueError as e:
+        ap.error(str(e))
 
     torch.set_float32_matmul_precision("high")  # as train.py: float32 matmuls may use TF32
     torch._dynamo.config.cache_size_limit = 64  # one compiled graph per variant and mode in this process
@@ -286,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
             for seqlen in (int(s) for s in args.seqlens.split(",")):
                 batch = max(1, args.tokens_per_step // seqlen)
                 try:
-                    records += bench(name, seqlen, batch, labels, mode == "compile", args, device)
+                    records += bench(name, seqlen, batch, labels, kinds, mode == "compile", args, device)
                 except Exception as e:  # keep what was measured; say what failed
                     print(f"FAILED {name} L={seqlen} {mode}: {type(e).__name__}: {e}", flush=True)
                     error = {"size": name, "seqlen": seqlen, "mode": mode, "error": f"{type(e).__name__}: {e}"}

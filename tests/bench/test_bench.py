@@ -290,6 +290,45 @@ def test_bench_step_keeps_the_other_rows_when_a_variant_fails(tmp_path, monkeypa
     assert "FAILED tiny L=64 standin: RuntimeError: stand-in broken on purpose" in capsys.readouterr().out
 
 
+def test_bench_step_measures_documents_kinds_side_by_side(tmp_path, monkeypatch, capsys):
+    """`--documents none,short`: every variant once per kind in one loop, each row with its kind's seq_idx (short
+    documents at L 256: boundaries inside every row), subtraction pairing a row with the standin of its kind."""
+    from bench import bench_step
+
+    seen: dict[int, set] = {}  # model -> the documents it was given: None, or the rows' last document ids
+
+    def spy(model, tokens, seq_idx=None):
+        seen.setdefault(id(model), set()).add(None if seq_idx is None else tuple(seq_idx[:, -1].tolist()))
+        return next_token_loss(model, tokens, seq_idx)
+
+    next_token_loss = bench_step.next_token_loss
+    monkeypatch.setattr(bench_step, "next_token_loss", spy)
+    out = tmp_path / "s.json"
+    argv = ["--configs", "tiny", "--seqlens", "256", "--tokens_per_step", "512", "--backends", "torch,standin"]
+    argv += ["--modes", "eager", "--steps", "2", "--warmup", "1", "--documents", "none,short", "--out", str(out)]
+    assert bench_step.main(argv) == 0
+    records = json.loads(out.read_text())["records"]
+    rows = {(r["variant"], r["documents"]): r for r in records}
+    assert len(records) == 4 and rows.keys() == {(v, d) for v in ("torch", "standin") for d in ("none", "short")}
+    assert sorted(map(len, seen.values())) == [1] * 4  # each row's model always got its one kind's documents
+    assert sorted((k for ks in seen.values() for k in ks), key=str) == [(1, 2), (1, 2), None, None]
+    for kind in ("none", "short"):
+        torch_row, standin = rows["torch", kind], rows["standin", kind]
+        assert torch_row["ssd_ms_by_subtraction"] == torch_row["median"]["step_ms"] - standin["median"]["step_ms"]
+    printed = capsys.readouterr().out
+    assert " torch@short " in printed and " standin@short " in printed and " torch@none " not in printed
+    for bad, problem in (("none,bogus", "unknown 'bogus'"), ("short,short", "'short' given twice")):
+        with pytest.raises(SystemExit) as exit_:
+            bench_step.main([*argv[:-4], "--documents", bad, "--out", str(tmp_path / "bad.json")])
+        assert exit_.value.code == 2
+        assert (
+            capsys.readouterr()
+            .err.splitlines()[-1]
+            .endswith(f"error: --documents: {problem}; choose from none, stdlib, short, each once")
+        )
+    assert not (tmp_path / "bad.json").exists()
+
+
 def test_gpu_time_counts_overlapping_kernels_once():
     """GPU time is the union of the kernels' intervals: kernels on two streams at once count once, gaps not at all."""
     from bench.timing import busy_us
