@@ -11,6 +11,7 @@ still tunes, from compiled kernels.
     python -m bench.precompile --shapes seed,step --jobs 16       # then bench_kernels.py --autotune ...
     python -m bench.precompile --shapes sweep --modes fwd --no-triton
     python -m bench.precompile --shapes seed --modes fwd_bwd --walks aside   # the backward's other walks
+    python -m bench.precompile --shapes step --documents short    # the builds with document boundaries (seq_idx)
 """
 
 from __future__ import annotations
@@ -22,23 +23,28 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from bench.bench_kernels import MODES, SHAPE_SETS, Shape, make_call, make_inputs
+from bench.documents import DOCUMENTS
 from bench.results import available_backends
 from kernels.cutile.state_walks import DEFAULT_WALKS, WALK_MODES
 
 ROOT = Path(__file__).resolve().parents[1]  # the workers run `python -m bench.precompile` from here
 
 
-def shapes_of(names: str) -> list[Shape]:
-    """The shapes of comma-separated bench_kernels shape sets, each once."""
+def shapes_of(names: str, documents: str = "none") -> list[Shape]:
+    """The shapes of comma-separated bench_kernels shape sets, each once, with `documents` (bench.documents)."""
     unknown = [name for name in names.split(",") if name not in SHAPE_SETS]
     if unknown:
         raise ValueError(f"--shapes: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(SHAPE_SETS)}")
-    return list(dict.fromkeys(shape for name in names.split(",") for shape in SHAPE_SETS[name]))
+    shapes = dict.fromkeys(
+        replace(shape, documents=documents) for name in names.split(",") for shape in SHAPE_SETS[name]
+    )
+    return list(shapes)
 
 
 def cutile_call(shape: Shape, mode: str, walks: str) -> Callable[[], object]:
@@ -47,11 +53,11 @@ def cutile_call(shape: Shape, mode: str, walks: str) -> Callable[[], object]:
     from kernels.cutile.ssd import ssd_backward, ssd_forward
 
     t = make_inputs(shape, "cuda", requires_grad=False)
-    args = (t["x"], t["dt"], t["A"], t["B"], t["C"], shape.chunk_size, t["D"], t["dt_bias"], True, None)
+    args = (t["x"], t["dt"], t["A"], t["B"], t["C"], shape.chunk_size, t["D"], t["dt_bias"], True, None, t["seq_idx"])
     dy = torch.randn_like(t["x"])
 
     def call() -> None:
-        ssd_forward(*args, None, "cutile")  # no seq_idx
+        ssd_forward(*args, "cutile")
         if mode == "fwd_bwd":
             ssd_backward(dy, None, *args, walks=walks)
 
@@ -128,6 +134,7 @@ def spawn(args: argparse.Namespace, triton: bool) -> int:
     workers = [str(i) for i in range(args.jobs)] + (["triton"] if triton else [])
     visible = os.environ.get("CUDA_VISIBLE_DEVICES") or ",".join(map(str, range(torch.cuda.device_count())))
     common = ["--shapes", args.shapes, "--modes", args.modes, "--jobs", str(args.jobs), "--walks", args.walks]
+    common += ["--documents", args.documents]
     start = time.perf_counter()
     commands = {w: [sys.executable, "-m", "bench.precompile", *common, "--worker", w] for w in workers}
     failed = run_workers(commands, visible.split(","), args.timeout)
@@ -149,10 +156,16 @@ def main(argv: list[str] | None = None) -> int:
         default=DEFAULT_WALKS,
         help=f"how the cuTile backward runs its two state walks: {', '.join(WALK_MODES)} (default %(default)s)",
     )
+    ap.add_argument(
+        "--documents",
+        default="none",
+        choices=DOCUMENTS,
+        help="packed documents (seq_idx) of every shape, as bench_kernels",
+    )
     ap.add_argument("--worker", help=argparse.SUPPRESS)  # set by the parent: an index, or "triton"
     args = ap.parse_args(argv)
     try:
-        shapes = shapes_of(args.shapes)
+        shapes = shapes_of(args.shapes, args.documents)
     except ValueError as e:
         print(f"precompile: {e}", file=sys.stderr)
         return 2
