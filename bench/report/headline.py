@@ -95,7 +95,7 @@ def headline(
         parts += [table([f"{scgpu}, {gpus} GPUs: scaling efficiency", *scnames, "runs"], scrows)]
     if parts:
         parts += ["Each cell: the median across runs, [min–max] when there are several."]
-    return "\n\n".join(parts + missing)
+    return "\n\n".join(parts + (["\n".join(f"- {line}" for line in missing)] if missing else []))
 
 
 def inject_headline(readme: Path, head: str) -> bool:
