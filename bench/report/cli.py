@@ -2,6 +2,7 @@
 
     python -m bench.report                                   # results/*.json -> BENCHMARKS.md, README.md
     python -m bench.report --results DIR --out DIR --kernels NAME --step NAME[,NAME...] [--scaling NAME]
+        [--first_step NAME] [--boundaries NAME] [--curves NAME]
 
 A benchmark is a series of runs, DIR/NAME.json and DIR/NAME_run<N>.json, each written by one process of
 bench/bench_kernels.py, bench/bench_step.py or bench/bench_scaling.py with the same settings (the scaling series
@@ -12,6 +13,9 @@ runs of each run's own figure, with [min–max] when there are several. "X over 
 cuTile stage against its memory floor (bench/traffic.py).
 Backends, shapes, modes and captions are read from the JSON; plots and reconciliation.json are written beside
 it, BENCHMARKS.md into --out, and README.md's headline block there is refreshed when present.
+Sections rendered only when their JSON is present: the first step (bench/first_step.py's NAME.json, --first_step),
+document boundaries in the step (a bench/bench_step.py series over --documents, --boundaries) and training curves
+(bench/curves.py's NAME.json, --curves; its plot is written beside it as NAME.png).
 The report states no conclusions: what the figures were taken to mean is in docs/ (beside BENCHMARKS.md), by
 topic.
 
@@ -26,6 +30,8 @@ import json
 from pathlib import Path
 
 from bench.report.amdahl import reconcile, reconcile_section
+from bench.report.boundaries import BOUNDARIES_DEFAULT, boundaries_section
+from bench.report.curves import CURVES_DEFAULT, curves_plot, curves_section
 from bench.report.first_step import FIRST_STEP_DEFAULT, first_step_section
 from bench.report.format import ordered, runs_text
 from bench.report.headline import headline, inject_headline
@@ -70,6 +76,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--first_step", default=FIRST_STEP_DEFAULT, help="bench/first_step.py's JSON NAME.json (rendered when present)"
     )
+    ap.add_argument(
+        "--boundaries",
+        default=BOUNDARIES_DEFAULT,
+        help="series NAME of bench/bench_step.py over --documents: NAME.json and NAME_run<N>.json (when present)",
+    )
+    ap.add_argument("--curves", default=CURVES_DEFAULT, help="bench/curves.py's JSON NAME.json (rendered when present)")
     return ap
 
 
@@ -101,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
 
     out = args.out / "BENCHMARKS.md"
     first = args.results / f"{args.first_step}.json"
+    brun = (
+        load_series(args.results, args.boundaries, "bench_step") if series_files(args.results, args.boundaries) else []
+    )
+    curves = args.results / f"{args.curves}.json"
+    cdata = json.loads(curves.read_text()) if curves.is_file() else None
+    cpngs = [curves_plot(cdata, curves.with_suffix(".png"))] if cdata else []  # the section links it
     sources = ", ".join(f"{relative(r['file'], args.out)}" for r in [*krun, *swrun, *srun, *scrun])
     docs = args.out / "docs" / "README.md"  # docs/ beside BENCHMARKS.md: what the figures were taken to mean
     head = headline(kpool, spool, krun, sseries, base, gpu, scpool, scrun)
@@ -127,9 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         reconcile_section(rec, base, kpool),
         *(["", scaling_section(scrun, scpool)] if scrun else []),
         *(["", first_step_section(json.loads(first.read_text()), first)] if first.is_file() else []),
+        *(["", boundaries_section(brun)] if brun else []),
+        *(["", curves_section(cdata, curves, relative(cpngs[0], args.out))] if cdata else []),
     ]
     out.write_text("\n".join(parts) + "\n")
-    written = [out, *pngs, args.results / "reconciliation.json"]
+    written = [out, *pngs, *cpngs, args.results / "reconciliation.json"]
     readme = args.out / "README.md"
     if inject_headline(readme, head):
         written.append(readme)

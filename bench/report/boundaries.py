@@ -1,0 +1,146 @@
+"""Document boundaries in the training step (bench/bench_step.py --documents): per variant and packed documents,
+the step, its cost over the same variant without boundaries and triton's step over it, each taken within one run
+(process) before pooling across runs as median [min–max]."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from bench.documents import DOCUMENTS  # the rows' order ("none": no boundaries)
+from bench.report.format import Stat, cell, ordered, ratio, runs_text, table, times
+from bench.report.series import env_value
+
+BOUNDARIES_DEFAULT = "step_h200_boundaries"  # --boundaries's series (NAME.json, NAME_run<N>.json) when present
+TRITON = "triton"  # the variant "over triton" is taken over
+NOT_CUTILE = ("triton", "torch", "standin")  # variants starting with these are not cuTile's
+ENV_KEYS = {"driver": "driver", "torch": "torch", "triton": "triton", "cuda_tile": "cuda-tile"}
+ENV_KEYS |= {"mamba_ssm": "mamba_ssm", "lightning": "lightning"}
+
+Shape = tuple[str, int, int, str]  # (model size, L, batch, mode)
+Row = tuple[str, str]  # (documents, variant)
+
+
+def environment_text(envs: Iterable[dict]) -> str:
+    """The environment as first_step's caption gives it ("NVIDIA H200, driver 580, torch 2.11, ..., 2026-12-04"),
+    each value once, "A / B" where runs differ; "none" for a package a run lacked."""
+    runs = [{"environment": e} for e in envs]
+    values = {k: " / ".join(ordered(env_value(r, k) for r in runs)) for k in ["gpu", *ENV_KEYS]}
+    dates = " / ".join(ordered(str(r["environment"].get("date", "none"))[:10] for r in runs))
+    return ", ".join([values["gpu"], *(f"{name} {values[k]}" for k, name in ENV_KEYS.items()), dates])
+
+
+def shape_of(rec: dict) -> Shape:
+    """A bench_step record's (size, L, batch, mode), the mode with its torch.compile mode where set."""
+    mode = " ".join([rec["mode"], *([rec["compile_mode"]] if rec.get("compile_mode") else [])])
+    return (rec["size"], rec["seqlen"], rec["batch"], mode)
+
+
+def is_cutile(variant: str) -> bool:
+    """Whether a bench_step variant runs a cuTile SSD (every variant but triton's, torch's and the stand-in)."""
+    return not variant.startswith(NOT_CUTILE)
+
+
+def run_figures(run: dict) -> dict[Shape, dict[Row, dict[str, float | None]]]:
+    """One run's figures per shape and (documents, variant; "none" where a record names none), failed records
+    skipped: step_ms, tokens_per_s, cost (step over the same variant's step with documents "none") and over_triton
+    (triton's step at the same documents over this cuTile variant's; None for other variants or without a triton
+    row)."""
+    steps: dict[Shape, dict[Row, dict]] = {}
+    for rec in run["records"]:
+        if "error" not in rec:
+            steps.setdefault(shape_of(rec), {})[(rec.get("documents", "none"), rec["variant"])] = rec
+    out: dict[Shape, dict[Row, dict[str, float | None]]] = {}
+    for shape, by in steps.items():
+
+        def step(documents: str, variant: str, by: dict[Row, dict] = by) -> float | None:
+            rec = by.get((documents, variant))
+            return rec["median"]["step_ms"] if rec else None
+
+        out[shape] = {
+            (docs, variant): {
+                "step_ms": rec["median"]["step_ms"],
+                "tokens_per_s": rec.get("tokens_per_s"),
+                "cost": ratio(step(docs, variant), step("none", variant)) if docs != "none" else None,
+                "over_triton": ratio(step(docs, TRITON), step(docs, variant)) if is_cutile(variant) else None,
+            }
+            for (docs, variant), rec in by.items()
+        }
+    return out
+
+
+def boundaries_pool(runs: list[dict]) -> dict[Shape, dict[Row, dict[str, Stat | None]]]:
+    """Each figure of run_figures across runs (format.Stat); rows in documents order (DOCUMENTS, then any other),
+    variants in the JSON's order."""
+    per_run = [run_figures(run) for run in runs]
+    pooled: dict[Shape, dict[Row, dict[str, Stat | None]]] = {}
+    for shape in ordered(s for figs in per_run for s in figs):
+        rows = ordered(r for figs in per_run for r in figs.get(shape, {}))
+        rows.sort(key=lambda r: DOCUMENTS.index(r[0]) if r[0] in DOCUMENTS else len(DOCUMENTS))  # stable
+        found = [[figs[shape][row] for figs in per_run if row in figs.get(shape, {})] for row in rows]
+        pooled[shape] = {
+            row: {k: Stat.of(f[k] for f in fs) for k in ("step_ms", "tokens_per_s", "cost", "over_triton")}
+            for row, fs in zip(rows, found)
+        }
+    return pooled
+
+
+def command(run: dict) -> str:
+    """The bench_step command line a run's settings give (its modes, variants, documents, steps)."""
+    s = run["settings"]
+    options = {k: s.get(k) for k in ("configs", "seqlens", "modes", "backends", "documents", "warmup", "steps")}
+    return "python -m bench.bench_step " + " ".join(f"--{k} {v}" for k, v in options.items() if v is not None)
+
+
+def signed_pct(v: float) -> str:
+    """A ratio as the change it is: 1.041 -> "+4.1%"."""
+    return f"{100 * (v - 1):+.1f}%"
+
+
+def boundaries_rows(by: dict[Row, dict[str, Stat | None]]) -> list[list[str]]:
+    """The table rows of one shape: documents, variant, step ms, tokens/s, vs no boundaries, over triton."""
+    return [
+        [
+            docs,
+            variant,
+            cell(f["step_ms"], "{:.2f}".format),
+            cell(f["tokens_per_s"], "{:,.0f}".format),
+            cell(f["cost"], signed_pct) or "–",
+            cell(f["over_triton"], times) or "–",
+        ]
+        for (docs, variant), f in by.items()
+    ]
+
+
+def failures(runs: list[dict]) -> list[str]:
+    """One line per failed record: its file, what it measured and its error."""
+    lines = []
+    for run in runs:
+        for rec in run["records"]:
+            if "error" in rec:
+                what = [f"{rec.get('size', '?')} L {rec.get('seqlen', '?')}", rec.get("mode", "?")]
+                what += [rec[k] for k in ("compile_mode", "variant") if rec.get(k)]
+                what += [f"documents {rec['documents']}"] if rec.get("documents") else []
+                lines.append(f"- Failed, {run['file'].name}: {' '.join(what)}: {rec['error']}")
+    return lines
+
+
+def boundaries_section(runs: list[dict]) -> str:
+    """The section for one bench_step series with packed documents (`runs`: series.load_series's runs)."""
+    pooled = boundaries_pool(runs)
+    header = ["documents", "variant", "step ms", "tokens/s", "vs no boundaries", "over triton"]
+    lines = [
+        f"## Document boundaries in the training step (bench/bench_step.py, {', '.join(r['file'].name for r in runs)})",
+        "",
+        f"`{command(runs[0])}`, {runs_text(runs)} (one process each). "
+        f"{environment_text(r['environment'] for r in runs)}. *documents*: the packed documents of every step "
+        "(bench/documents.py; none: no boundaries); *step ms*: median over a run's timed steps; *vs no "
+        "boundaries*: the variant's step over its own step with documents none, in the same run; *over triton*: "
+        "triton's step over the cuTile variant's at the same documents, in the same run; median [min–max] across "
+        "runs.",
+    ]
+    for (size, seqlen, batch, mode), by in pooled.items():
+        n = max((f["step_ms"].n for f in by.values() if f["step_ms"]), default=0)  # runs that measured it
+        caption = f"{size}, L {seqlen}, batch {batch}, {mode}, {n} run{'s' * (n > 1)}:"
+        lines += ["", caption, "", table(header, boundaries_rows(by))]
+    errors = failures(runs)
+    return "\n".join(lines + (["", *errors] if errors else []))

@@ -1,0 +1,90 @@
+"""BENCHMARKS.md's boundaries section renders a bench_step series over packed documents: per run, each variant's
+cost of boundaries and triton's step over cuTile's, pooled across runs; failed rows listed under the table."""
+
+from __future__ import annotations
+
+import statistics
+
+from bench.report.boundaries import boundaries_pool, boundaries_section, is_cutile
+from bench.report.series import load_series
+from tests.bench.report.synthetic import WALLS, kernel_run, run_report, step_run, write
+
+ENV = {
+    "gpu": "NVIDIA H200",
+    "driver": "580",
+    "torch": "2.11",
+    "triton": "3.6.0",
+    "cuda_tile": "1.7.0",
+    "mamba_ssm": "2.3.2.post1",
+    "lightning": "2.6.6",
+    "date": "2026-12-04T18:00:00+00:00",
+}
+CUTILE = "cutile_bwd+conv+norm"
+
+
+def record(variant: str, documents: str, step_ms: float) -> dict:
+    """A bench_step record of the medium model at L 2048, compiled."""
+    rec = {"size": "medium", "seqlen": 2048, "batch": 8, "mode": "compile", "compile_mode": "default"}
+    return rec | {"variant": variant, "documents": documents, "median": {"step_ms": step_ms}, "tokens_per_s": 1e6}
+
+
+def run(scale: float, failed: bool = False) -> dict:
+    """One process: triton and cuTile at every documents setting; cuTile's "short" row failed where `failed`."""
+    steps = {("triton", "none"): 100.0, ("triton", "stdlib"): 104.0, ("triton", "short"): 110.0}
+    steps |= {(CUTILE, "none"): 80.0, (CUTILE, "stdlib"): 82.0, (CUTILE, "short"): 88.0}
+    records = [record(v, d, ms * (scale if v == CUTILE else 1.0)) for (v, d), ms in steps.items()]
+    if failed:
+        records = [r for r in records if (r["variant"], r["documents"]) != (CUTILE, "short")]
+        records.append({"size": "medium", "seqlen": 2048, "mode": "compile", "variant": CUTILE, "error": "OOM"})
+    settings = {"out": "x", "documents": "none,short,stdlib"}
+    return {"kind": "bench_step", "environment": ENV, "settings": settings, "records": records}
+
+
+def test_figures_are_taken_within_each_run_then_pooled(tmp_path):
+    scales = (1.0, 0.9, 1.1)
+    for i, scale in enumerate(scales, 1):
+        write(tmp_path / f"b{'' if i == 1 else f'_run{i}'}.json", run(scale))
+    runs = load_series(tmp_path, "b", "bench_step")
+    (by,) = boundaries_pool(runs).values()
+    assert [row for row in by] == [(d, v) for d in ("none", "stdlib", "short") for v in ("triton", CUTILE)]
+    over = by[("short", CUTILE)]["over_triton"]
+    assert over.n == 3 and over.median == 110.0 / 88.0 and over.min == 110.0 / (88.0 * 1.1)
+    cost = by[("stdlib", "triton")]["cost"]
+    assert cost.n == 3 and cost.median == cost.min == cost.max == 1.04
+    assert by[("none", CUTILE)]["cost"] is None and by[("none", "triton")]["over_triton"] is None
+    assert by[("stdlib", CUTILE)]["step_ms"].median == statistics.median(82.0 * s for s in scales)
+
+
+def test_section_is_a_table_of_rows_with_a_caption_and_failures_below(tmp_path):
+    write(tmp_path / "b.json", run(1.0))
+    write(tmp_path / "b_run2.json", run(0.9, failed=True))
+    text = boundaries_section(load_series(tmp_path, "b", "bench_step"))
+    assert "`python -m bench.bench_step --documents none,short,stdlib`" in text  # the command its settings give
+    assert "b.json, b_run2.json" in text and "2 runs" in text and "medium, L 2048, batch 8, compile default" in text
+    assert "--documents none,short,stdlib" in text and "NVIDIA H200, driver 580" in text and "2026-12-04" in text
+    tokens = "1,000,000 [1,000,000–1,000,000]"
+    assert f"| none | triton | 100.00 [100.00–100.00] | {tokens} | – | – |" in text
+    assert f"| none | {CUTILE} | 76.00 [72.00–80.00] | {tokens} | – | 1.32x [1.25x–1.39x] |" in text
+    assert f"| stdlib | triton | 104.00 [104.00–104.00] | {tokens} | +4.0% [+4.0%–+4.0%] | – |" in text
+    assert f"| short | {CUTILE} | 88.00 | 1,000,000 | +10.0% | 1.25x |" in text  # from the one run that measured it
+    assert text.splitlines()[-1] == f"- Failed, b_run2.json: medium L 2048 compile {CUTILE}: OOM"
+
+
+def test_only_cutile_variants_are_taken_over_triton():
+    assert is_cutile(CUTILE) and is_cutile("cutile")
+    assert not any(is_cutile(v) for v in ("triton", "triton+conv+norm", "torch", "standin+conv+norm"))
+
+
+def test_report_renders_the_section_when_the_series_is_present(tmp_path):
+    write(tmp_path / "kernels_t.json", kernel_run(WALLS))
+    write(tmp_path / "step_t.json", step_run())
+    base = ("--kernels", "kernels_t", "--step", "step_t", "--boundaries", "b")
+    done = run_report(tmp_path, tmp_path, *base)
+    assert done.returncode == 0, done.stderr
+    assert "## Document boundaries" not in (tmp_path / "BENCHMARKS.md").read_text()
+    write(tmp_path / "b_run2.json", run(1.0))
+    done = run_report(tmp_path, tmp_path, *base)
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "## Document boundaries in the training step (bench/bench_step.py, b_run2.json)" in text
+    assert f"| short | {CUTILE} | 88.00 | 1,000,000 | +10.0% | 1.25x |" in text
