@@ -164,7 +164,8 @@ def bench_shape(shape: Shape, variants: list[str], modes: list[str], repeats: in
                 "gpu_kernel_sum_ms": prof["kernel_sum_ms"] if measured else None,  # above gpu_ms: streams overlapped
                 "kernels_per_call": launches,
                 "top_kernels_ms": (top := dict(list(prof["by_kernel"].items())[:TOP_KERNELS])),
-                "kernel_launches": {name: prof["launches"][name] for name in top},  # per call
+                # launches per call of the listed kernels launched other than once (the rest: once)
+                "kernel_launches": {name: n for name in top if (n := prof["launches"][name]) != 1},
                 "warmup_s": warmup[backend],
                 "GBps_gpu": shape.bytes_moved() / gpu_ms / 1e6 if measured else None,
                 "TFLOPs_gpu": (shape.flops() * (1 if mode == "fwd" else 3)) / gpu_ms / 1e9 if measured else None,

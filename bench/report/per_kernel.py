@@ -46,7 +46,7 @@ def per_kernel_figures(rec: dict, base: dict | None, run: dict) -> dict[tuple[st
     """(kernel, figure) -> value for each kernel in the record's top_kernels_ms: "ms" per call and, for a cuTile
     stage, "floor_MB", "floor_us" (at the run's copy ceiling) and "of_floor" (floor over measured)."""
     top = rec.get("top_kernels_ms") or {}
-    launches = rec.get("kernel_launches") or {}  # per call; absent in older JSON: one launch assumed
+    launches = rec.get("kernel_launches") or {}  # per call; a listed kernel absent from it launched once
     out: dict[tuple[str, str], float | None] = {}
     for name, ms in top.items():
         out[(name, "ms")] = ms
