@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import Tensor, nn
 
 import kernels
@@ -116,6 +117,8 @@ class Mamba2Config:
         where cuTile runs on the inputs' device, else torch).
     norm_backend: the block's gated RMSNorm, "torch" (layers.rms_norm), "cutile" (kernels/cutile/rms_norm.py;
         CUDA only) or "auto", as conv_backend. The pre-norms of the residual stream stay layers.rms_norm.
+    checkpoint_layers: recompute each block's activations (pre-norm + mixer) in the backward instead of keeping
+        them (torch.utils.checkpoint, non-reentrant): about one more forward of the blocks for memory, at long L.
     """
 
     vocab_size: int = 4096
@@ -137,6 +140,7 @@ class Mamba2Config:
     loss_chunk: int = 2048
     conv_backend: str = "torch"
     norm_backend: str = "torch"
+    checkpoint_layers: bool = False
 
     @property
     def d_inner(self) -> int:
@@ -294,6 +298,11 @@ class Mamba2Block(nn.Module):
         return self.out_proj(self.norm(y.reshape(b, cfg.d_inner).to(u.dtype), z))
 
 
+def _block(norm: RMSNorm, layer: Mamba2Block, h: Tensor, seq_idx: Tensor | None) -> Tensor:
+    """One residual branch, layer(norm(h)): what checkpoint_layers recomputes in the backward."""
+    return layer(norm(h), seq_idx)
+
+
 class Mamba2LM(nn.Module):
     """Mamba-2 language model: tokens (b, l) int64 -> logits (b, l, vocab_size), or the loss given targets."""
 
@@ -318,8 +327,12 @@ class Mamba2LM(nn.Module):
         scalar, computed `cfg.loss_chunk` tokens at a time (no (b, l, vocab) logits). seq_idx (b, l) int32: the
         document of each token in packed rows (non-decreasing); each document is modelled as if alone."""
         h = self.embedding(tokens)
+        recompute = self.cfg.checkpoint_layers and torch.is_grad_enabled()
         for norm, layer in zip(self.norms, self.layers):
-            h = h + layer(norm(h), seq_idx)
+            if recompute:
+                h = h + torch.utils.checkpoint.checkpoint(_block, norm, layer, h, seq_idx, use_reentrant=False)
+            else:
+                h = h + _block(norm, layer, h, seq_idx)
         h = self.norm_f(h)
         if targets is None:
             return F.linear(h, self.embedding.weight)

@@ -282,3 +282,59 @@ def test_packed_documents_are_modelled_as_if_alone():
     shifted[0, 12] = 1  # the third document's first token moved into the second: its logits change
     with torch.no_grad():
         assert not torch.allclose(model(packed, seq_idx=shifted), alone, atol=1e-3)
+
+
+# -- checkpoint_layers: each block recomputed in the backward -----------------------------------------
+DOCUMENTS = torch.tensor([[0] * 3 + [1] * 9 + [2] * 8], dtype=torch.int32).expand(3, -1)  # 20 inputs, 3 documents
+
+
+@pytest.mark.parametrize("seq_idx", [None, DOCUMENTS], ids=["one-document", "three-documents"])
+def test_checkpointed_layers_give_the_same_loss_and_gradients(seq_idx):
+    torch.manual_seed(0)
+    model = Mamba2LM(Mamba2Config(**FUSED))
+    checkpointed = Mamba2LM(Mamba2Config(**FUSED, checkpoint_layers=True))
+    checkpointed.load_state_dict(model.state_dict())
+    tokens = torch.randint(0, 97, (3, 21))
+    results = []
+    for m in (model, checkpointed):
+        loss = next_token_loss(m, tokens, seq_idx)
+        results.append((loss, torch.autograd.grad(loss, list(m.parameters()))))
+    (loss, grads), (c_loss, c_grads) = results
+    torch.testing.assert_close(c_loss, loss, rtol=1e-6, atol=1e-6)
+    for (name, _), g, r in zip(model.named_parameters(), c_grads, grads):
+        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_checkpoint_layers_without_grad_run_the_plain_forward(monkeypatch):
+    """Under no_grad nothing is kept for a backward, so nothing is checkpointed: the same logits, no checkpoint call."""
+    torch.manual_seed(0)
+    model = Mamba2LM(Mamba2Config(**FUSED))
+    checkpointed = Mamba2LM(Mamba2Config(**FUSED, checkpoint_layers=True))
+    checkpointed.load_state_dict(model.state_dict())
+    tokens = torch.randint(0, 97, (2, 15))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("torch.utils.checkpoint.checkpoint called under no_grad")
+
+    monkeypatch.setattr(torch.utils.checkpoint, "checkpoint", refuse)
+    with torch.no_grad():
+        assert torch.equal(checkpointed(tokens), model(tokens))
+    with pytest.raises(AssertionError, match="called under no_grad"):  # with grad it is what runs the blocks
+        checkpointed(tokens)
+
+
+def test_checkpointed_layers_compile_as_one_graph_with_the_same_loss_and_gradients():
+    """LanguageModel compiles with fullgraph=True: the checkpointed blocks trace without a graph break, and the
+    compiled loss and gradients equal the eager ones."""
+    torch.manual_seed(0)
+    model = Mamba2LM(Mamba2Config(**FUSED, checkpoint_layers=True))
+    tokens = torch.randint(0, 97, (3, 21))
+    loss = next_token_loss(model, tokens, DOCUMENTS)
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager_decomp_partition")
+    c_loss = next_token_loss(compiled, tokens, DOCUMENTS)
+    c_grads = torch.autograd.grad(c_loss, list(model.parameters()))
+    torch.testing.assert_close(c_loss, loss)
+    for g, r in zip(c_grads, grads):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-6)
