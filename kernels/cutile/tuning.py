@@ -7,7 +7,8 @@ that finds a key already tuned reuses it instead of searching again.
 
 Beside that cache, the package ships a table of configurations tuned on an H200 for the shapes of the shipped
 configs (tuned.json, the same keys and entries), read-only. A shape is decided in this order: the local cache, the
-shipped table (for a key with document boundaries, "_seq_idx", also the same key without them), then a search
+shipped table (for a key with document boundaries, "_seq_idx", with tuning off also the same key without them),
+then a search
 (tuning on) or the kernel's fixed default (tuning off). An entry is used only if its
 configuration is the default or inside today's tune space and, with tuning on, only if it was searched over
 this very space.
@@ -220,7 +221,9 @@ def _decide(kernel_name, shape_key, default, space, device, spec):
     fields = {f.name for f in dataclasses.fields(default)}
     candidates = list(space()) if _state["autotune"] else []
     sources = [("cache", _load().get(key)), ("shipped", _shipped().get(key))]
-    if "_seq_idx" in shape_key:  # a build with document boundaries starts from its shape's shipped entry without
+    if "_seq_idx" in shape_key and not candidates:  # tuning off, a build with document boundaries borrows its
+        # shape's shipped entry without them; tuning on, it is searched: its masks take registers, and the entry
+        # without them can spill (bwd_dbc at medium's step: 24 -> 640 bytes of stack, 2.5x the time)
         sources.append(("shipped", _shipped().get(key.replace("_seq_idx", ""))))
     for source, entry in sources:
         if entry is None or not set(entry["config"]) <= fields:  # an entry of another config layout: not used

@@ -214,6 +214,54 @@ def test_shipped_table_is_used_after_the_cache_and_only_inside_todays_space(tmp_
         tuning.set_shipped_path(None)
 
 
+def test_tuning_searches_a_key_with_document_boundaries(tmp_path, monkeypatch):
+    """Tuning off, a "_seq_idx" key the tables lack borrows its shape's shipped entry without boundaries; tuning on,
+    it is searched (its build is another, with other spills) even though that entry was searched over today's
+    space, and the search's choice is stored under the "_seq_idx" key."""
+    import types
+
+    import cuda.tile.tune
+
+    from kernels.cutile import tuning
+    from kernels.cutile.compute_out import OutConfig
+
+    searched = []
+
+    def search(candidates, stream, **kwargs):
+        searched.append(list(candidates))
+        best = types.SimpleNamespace(config=candidates[-1], mean_us=1.0)
+        return types.SimpleNamespace(best=best, successes=candidates, failures=[], summary=lambda top_k: "")
+
+    monkeypatch.setattr(cuda.tile.tune, "exhaustive_search", search)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    monkeypatch.setattr(tuning, "_gpu_key", lambda device: "TestGPU|cuda-tile-x")
+    space = lambda: [OutConfig(), OutConfig(128, 32, 4, 1), OutConfig(64, 64, 4, 2)]
+    entry = {"config": dataclasses.asdict(OutConfig(128, 32, 4, 1)), "space": tuning.space_id(space())}
+    (tmp_path / "tuned.json").write_text(json.dumps({"compute_out|s1|TestGPU|cuda-tile-x": entry}))
+    spec = lambda cfg: ((), None, ())
+    try:
+        tuning.set_cache_path(tmp_path / "tuning.json")
+        tuning.set_shipped_path(tmp_path / "tuned.json")
+        assert tuning.choose("compute_out", "s1_seq_idx", OutConfig(), space, "cuda:0", spec) == OutConfig(
+            128, 32, 4, 1
+        )
+        assert searched == [] and tuning.chosen()["compute_out|s1_seq_idx"]["source"] == "shipped"
+        tuning.set_cache_path(tmp_path / "tuning.json")  # forgets the process's choices
+        tuning.set_autotune(True)
+        assert tuning.choose("compute_out", "s1_seq_idx", OutConfig(), space, "cuda:0", spec) == OutConfig(64, 64, 4, 2)
+        assert searched == [space()] and tuning.chosen()["compute_out|s1_seq_idx"]["source"] == "search"
+        assert tuning.choose("compute_out", "s1", OutConfig(), space, "cuda:0", spec) == OutConfig(128, 32, 4, 1)
+        assert len(searched) == 1  # the key without boundaries: its shipped entry, searched over today's space
+        stored = json.loads((tmp_path / "tuning.json").read_text())
+        assert stored["compute_out|s1_seq_idx|TestGPU|cuda-tile-x"]["config"] == dataclasses.asdict(
+            OutConfig(64, 64, 4, 2)
+        )
+    finally:
+        tuning.set_autotune(False)
+        tuning.set_cache_path(None)
+        tuning.set_shipped_path(None)
+
+
 def test_the_shipped_table_fills_each_kernels_config_class():
     """Every entry of kernels/cutile/tuned.json gives exactly the fields of its kernel's config class, as _decide
     reads it: an entry that no longer fits (a field renamed or added) would silently stop being used."""
