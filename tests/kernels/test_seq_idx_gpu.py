@@ -12,8 +12,11 @@ one dtype. Tolerances are relative Frobenius errors per input dtype (tests.gpu_c
 
 from __future__ import annotations
 
+import json
 import random
+import re
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,12 +26,12 @@ import kernels
 from bench.inputs import random_inputs, rel_err, stage_inputs
 from kernels import reference
 from kernels import reference_backward as ref_bwd
-from kernels.cutile import state_walks
-from kernels.cutile.bwd_dbc import bwd_dbc
-from kernels.cutile.bwd_dx import bwd_dx
+from kernels.cutile import state_walks, tuning
+from kernels.cutile.bwd_dbc import DbcConfig, bwd_dbc
+from kernels.cutile.bwd_dx import DxConfig, bwd_dx
 from kernels.cutile.bwd_pass_state import bwd_pass_state
-from kernels.cutile.compute_out import compute_out
-from kernels.cutile.fwd_pass_state import fwd_pass_state, states_dtype
+from kernels.cutile.compute_out import OutConfig, compute_out
+from kernels.cutile.fwd_pass_state import StateConfig, fwd_pass_state, states_dtype
 from kernels.cutile.launch import BACKWARD_CHUNK
 from kernels.cutile.ssd import ssd_cutile
 from tests.gpu_common import CUTILE, INPUTS, SEEDS, TOL
@@ -81,11 +84,11 @@ def stored(dtype: torch.dtype, *states: Tensor) -> list[Tensor]:
     return [s.to(states_dtype(dtype)) for s in states]
 
 
-def stage_case(dtype: torch.dtype, chunk: int, pattern: str, seed: int) -> tuple[dict, dict]:
-    """bench.inputs.stage_inputs' inputs (rounded to dtype; l = 2·chunk + 37, b 2, h 4 in 2 groups, p = n = 64) with
+def stage_case(dtype: torch.dtype, chunk: int, pattern: str, seed: int, p: int = 64, n: int = 64) -> tuple[dict, dict]:
+    """bench.inputs.stage_inputs' inputs (rounded to dtype; l = 2·chunk + 37, b 2, h 4 in 2 groups, head dim p, state n) with
     seq_idx, the upstream quantities recomputed with it by the float64 reference stages (chunk_states, final_state,
     dstates, dinit), and the float64 copies of the inputs."""
-    t = stage_inputs(dtype, chunk, 64, 64, seed=seed)
+    t = stage_inputs(dtype, chunk, p, n, seed=seed)
     b, l = t["x"].shape[:2]
     t["seq_idx"] = seq_idx = document_ids(pattern, b, l, chunk, seed)
     t64 = {k: None if v is None else v.to(F64) for k, v in t.items() if k != "seq_idx"}
@@ -149,6 +152,52 @@ def test_backward_stages(dtype, pattern):
     want = (states, t["final_state"], dstates, t["dinit"])
     for name, a, b in zip(("chunk_states", "final_state", "dstates", "dinitial_states"), walked, want, strict=True):
         assert a.shape == b.shape and rel_err(a, b) < TOL[dtype], name
+
+
+SHIPPED = json.loads((Path(tuning.__file__).parent / "tuned.json").read_text())
+CONFIGS = {"fwd_pass_state": StateConfig, "compute_out": OutConfig, "state_walks": StateConfig}
+CONFIGS |= {"bwd_dx": DxConfig, "bwd_dbc": DbcConfig}
+WITH_SEQ_IDX = [(k.split("|")[0], k.split("|")[1], v["config"]) for k, v in SHIPPED.items() if "_seq_idx|" in k]
+WITH_SEQ_IDX = [case for case in WITH_SEQ_IDX if case[0] in CONFIGS]
+
+
+def run_stage(stage: str, t: dict, t64: dict, dtype: torch.dtype) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...]]:
+    """(what the cuTile stage `stage` gives, what its float64 reference stage gives) on stage_case's inputs, seq_idx
+    included."""
+    seq_idx, dt_out, dA, dy = t["seq_idx"], t["dt_out"], t["dA_cumsum"], t["dy"]
+    states, dstates = t["chunk_states"], t["dstates"]
+    if stage == "fwd_pass_state":
+        got = fwd_pass_state(t["x"], t["B"], *f32(dt_out, dA, t64["initial_states"]), seq_idx)
+        return got, (states, t["final_state"])
+    if stage == "compute_out":
+        D = t64["D"] * 0.05
+        got = compute_out(t["x"], t["B"], t["C"], *f32(dt_out, dA), *stored(dtype, states), *f32(D), seq_idx)
+        return (got,), (reference.compute_out(t64["x"], t64["B"], t64["C"], dt_out, dA, states, D, seq_idx),)
+    if stage == "state_walks":
+        args = (t["x"], t["B"], *f32(dt_out, dA, t64["initial_states"]), dy, t["C"], t["dfinal"], seq_idx)
+        return state_walks.state_walks(*args, walks="one launch"), (states, t["final_state"], dstates, t["dinit"])
+    if stage == "bwd_dx":
+        want = ref_bwd.bwd_dx(t64["x"], t64["dy"], t64["B"], t64["C"], dt_out, dA, dstates, t64["D"], seq_idx)
+        got = bwd_dx(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA), *stored(dtype, dstates), *f32(t64["D"]), seq_idx)
+        return got, want
+    want = ref_bwd.bwd_dbc(t64["x"], t64["dy"], t64["B"], t64["C"], dt_out, dA, states, dstates, seq_idx)
+    return bwd_dbc(t["x"], dy, t["B"], t["C"], *f32(dt_out, dA), *stored(dtype, states, dstates), seq_idx), want
+
+
+@pytest.mark.parametrize("pattern", ("random", "chunk_edges"))
+@pytest.mark.parametrize("stage,key,config", WITH_SEQ_IDX, ids=str)
+def test_shipped_configurations_with_seq_idx(stage, key, config, pattern):
+    """Each configuration the shipped table holds for a build with document boundaries (kernels/cutile/tuned.json,
+    "_seq_idx" keys: tuned apart, so other block sizes than the build without them), forced at its key's head dim,
+    state dim and chunk in bf16, against the float64 reference stage with seq_idx."""
+    p, n, chunk = (int(re.search(rf"_{field}(\d+)", key)[1]) for field in ("p", "n", "Q"))
+    t, t64 = stage_case(torch.bfloat16, chunk, pattern, seed=SEEDS[torch.bfloat16] + chunk + n, p=p, n=n)
+    cfg = CONFIGS[stage](**config)
+    with tuning.forced(stage, cfg) as launched:
+        got, want = run_stage(stage, t, t64, torch.bfloat16)
+    assert launched == [cfg]
+    for i, (a, b) in enumerate(zip(got, want, strict=True)):
+        assert a.shape == b.shape and rel_err(a, b) < TOL[torch.bfloat16], (stage, i)
 
 
 def outputs_and_gradients(
