@@ -11,7 +11,6 @@ from bench.report.format import Stat, cell, ordered, ratio, runs_text, table, ti
 from bench.report.series import env_value
 
 BOUNDARIES_DEFAULT = "step_h200_boundaries"  # --boundaries's series (NAME.json, NAME_run<N>.json) when present
-TRITON = "triton"  # the variant "over triton" is taken over
 NOT_CUTILE = ("triton", "torch", "standin")  # variants starting with these are not cuTile's
 ENV_KEYS = {"driver": "driver", "torch": "torch", "triton": "triton", "cuda_tile": "cuda-tile"}
 ENV_KEYS |= {"mamba_ssm": "mamba_ssm", "lightning": "lightning"}
@@ -40,11 +39,17 @@ def is_cutile(variant: str) -> bool:
     return not variant.startswith(NOT_CUTILE)
 
 
+def triton_twin(variant: str) -> str:
+    """The triton variant a cuTile variant is taken over: the same layers around the SSD ("cutile_bwd+conv+norm"
+    -> "triton+conv+norm"), so that only the SSD differs."""
+    return "+".join(["triton", *variant.split("+")[1:]])
+
+
 def run_figures(run: dict) -> dict[Shape, dict[Row, dict[str, float | None]]]:
     """One run's figures per shape and (documents, variant; "none" where a record names none), failed records
     skipped: step_ms, tokens_per_s, cost (step over the same variant's step with documents "none") and over_triton
-    (triton's step at the same documents over this cuTile variant's; None for other variants or without a triton
-    row)."""
+    (its triton_twin's step at the same documents over this cuTile variant's; None for other variants or without
+    that row)."""
     steps: dict[Shape, dict[Row, dict]] = {}
     for rec in run["records"]:
         if "error" not in rec:
@@ -61,7 +66,9 @@ def run_figures(run: dict) -> dict[Shape, dict[Row, dict[str, float | None]]]:
                 "step_ms": rec["median"]["step_ms"],
                 "tokens_per_s": rec.get("tokens_per_s"),
                 "cost": ratio(step(docs, variant), step("none", variant)) if docs != "none" else None,
-                "over_triton": ratio(step(docs, TRITON), step(docs, variant)) if is_cutile(variant) else None,
+                "over_triton": ratio(step(docs, triton_twin(variant)), step(docs, variant))
+                if is_cutile(variant)
+                else None,
             }
             for (docs, variant), rec in by.items()
         }
@@ -135,7 +142,7 @@ def boundaries_section(runs: list[dict]) -> str:
         f"{environment_text(r['environment'] for r in runs)}. *documents*: the packed documents of every step "
         "(bench/documents.py; none: no boundaries); *step ms*: median over a run's timed steps; *vs no "
         "boundaries*: the variant's step over its own step with documents none, in the same run; *over triton*: "
-        "triton's step over the cuTile variant's at the same documents, in the same run; median [min–max] across "
+        "the step of triton with the same layers over the cuTile variant's at the same documents, in the same run; median [min–max] across "
         "runs.",
     ]
     for (size, seqlen, batch, mode), by in pooled.items():

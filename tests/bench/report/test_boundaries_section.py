@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 
-from bench.report.boundaries import boundaries_pool, boundaries_section, is_cutile
+from bench.report.boundaries import boundaries_pool, boundaries_section, is_cutile, triton_twin
 from bench.report.series import load_series
 from tests.bench.report.synthetic import WALLS, kernel_run, run_report, step_run, write
 
@@ -20,6 +20,7 @@ ENV = {
     "date": "2026-12-04T18:00:00+00:00",
 }
 CUTILE = "cutile_bwd+conv+norm"
+TRITON = "triton+conv+norm"  # the same layers around the SSD: the row CUTILE is taken over
 
 
 def record(variant: str, documents: str, step_ms: float) -> dict:
@@ -30,7 +31,7 @@ def record(variant: str, documents: str, step_ms: float) -> dict:
 
 def run(scale: float, failed: bool = False) -> dict:
     """One process: triton and cuTile at every documents setting; cuTile's "short" row failed where `failed`."""
-    steps = {("triton", "none"): 100.0, ("triton", "stdlib"): 104.0, ("triton", "short"): 110.0}
+    steps = {(TRITON, "none"): 100.0, (TRITON, "stdlib"): 104.0, (TRITON, "short"): 110.0}
     steps |= {(CUTILE, "none"): 80.0, (CUTILE, "stdlib"): 82.0, (CUTILE, "short"): 88.0}
     records = [record(v, d, ms * (scale if v == CUTILE else 1.0)) for (v, d), ms in steps.items()]
     if failed:
@@ -46,12 +47,12 @@ def test_figures_are_taken_within_each_run_then_pooled(tmp_path):
         write(tmp_path / f"b{'' if i == 1 else f'_run{i}'}.json", run(scale))
     runs = load_series(tmp_path, "b", "bench_step")
     (by,) = boundaries_pool(runs).values()
-    assert [row for row in by] == [(d, v) for d in ("none", "stdlib", "short") for v in ("triton", CUTILE)]
+    assert [row for row in by] == [(d, v) for d in ("none", "stdlib", "short") for v in (TRITON, CUTILE)]
     over = by[("short", CUTILE)]["over_triton"]
     assert over.n == 3 and over.median == 110.0 / 88.0 and over.min == 110.0 / (88.0 * 1.1)
-    cost = by[("stdlib", "triton")]["cost"]
+    cost = by[("stdlib", TRITON)]["cost"]
     assert cost.n == 3 and cost.median == cost.min == cost.max == 1.04
-    assert by[("none", CUTILE)]["cost"] is None and by[("none", "triton")]["over_triton"] is None
+    assert by[("none", CUTILE)]["cost"] is None and by[("none", TRITON)]["over_triton"] is None
     assert by[("stdlib", CUTILE)]["step_ms"].median == statistics.median(82.0 * s for s in scales)
 
 
@@ -63,16 +64,22 @@ def test_section_is_a_table_of_rows_with_a_caption_and_failures_below(tmp_path):
     assert "b.json, b_run2.json" in text and "2 runs" in text and "medium, L 2048, batch 8, compile default" in text
     assert "--documents none,short,stdlib" in text and "NVIDIA H200, driver 580" in text and "2026-12-04" in text
     tokens = "1,000,000 [1,000,000–1,000,000]"
-    assert f"| none | triton | 100.00 [100.00–100.00] | {tokens} | – | – |" in text
+    assert f"| none | {TRITON} | 100.00 [100.00–100.00] | {tokens} | – | – |" in text
     assert f"| none | {CUTILE} | 76.00 [72.00–80.00] | {tokens} | – | 1.32x [1.25x–1.39x] |" in text
-    assert f"| stdlib | triton | 104.00 [104.00–104.00] | {tokens} | +4.0% [+4.0%–+4.0%] | – |" in text
+    assert f"| stdlib | {TRITON} | 104.00 [104.00–104.00] | {tokens} | +4.0% [+4.0%–+4.0%] | – |" in text
     assert f"| short | {CUTILE} | 88.00 | 1,000,000 | +10.0% | 1.25x |" in text  # from the one run that measured it
     assert text.splitlines()[-1] == f"- Failed, b_run2.json: medium L 2048 compile {CUTILE}: OOM"
 
 
-def test_only_cutile_variants_are_taken_over_triton():
+def test_only_cutile_variants_are_taken_over_triton_with_the_same_layers(tmp_path):
     assert is_cutile(CUTILE) and is_cutile("cutile")
     assert not any(is_cutile(v) for v in ("triton", "triton+conv+norm", "torch", "standin+conv+norm"))
+    assert triton_twin(CUTILE) == TRITON and triton_twin("cutile") == "triton"
+    plain = run(1.0)  # triton with the compiled PyTorch conv and norm: not CUTILE's twin
+    plain["records"] = [r | {"variant": "triton"} if r["variant"] == TRITON else r for r in plain["records"]]
+    write(tmp_path / "p.json", plain)
+    (by,) = boundaries_pool(load_series(tmp_path, "p", "bench_step")).values()
+    assert all(by[(d, CUTILE)]["over_triton"] is None for d in ("none", "stdlib", "short"))
 
 
 def test_report_renders_the_section_when_the_series_is_present(tmp_path):
