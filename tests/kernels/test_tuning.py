@@ -53,18 +53,16 @@ def test_tuning_choice_is_decided_once_per_shape(tmp_path, monkeypatch):
         tuning.set_cache_path(None)
 
 
-def test_tuning_searches_again_when_the_tune_space_changed(tmp_path, monkeypatch):
-    """With tuning on, a cached choice is kept only if it was searched over today's tune space: one from a smaller
-    space (as before fwd_pass_state's two-chunk walks joined its space) or from before spaces were recorded is
-    searched again, and the new entry, recording its space, is then used as it is."""
+def fake_search(monkeypatch) -> list[list]:
+    """cuda.tile.tune.exhaustive_search replaced by one that picks the last candidate at 1 us, on "TestGPU"; the
+    list returned collects each search's candidates."""
     import types
 
     import cuda.tile.tune
 
     from kernels.cutile import tuning
-    from kernels.cutile.compute_out import OutConfig
 
-    searched = []
+    searched: list[list] = []
 
     def search(candidates, stream, **kwargs):
         searched.append(list(candidates))
@@ -74,6 +72,17 @@ def test_tuning_searches_again_when_the_tune_space_changed(tmp_path, monkeypatch
     monkeypatch.setattr(cuda.tile.tune, "exhaustive_search", search)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
     monkeypatch.setattr(tuning, "_gpu_key", lambda device: "TestGPU|cuda-tile-x")
+    return searched
+
+
+def test_tuning_searches_again_when_the_tune_space_changed(tmp_path, monkeypatch):
+    """With tuning on, a cached choice is kept only if it was searched over today's tune space: one from a smaller
+    space (as before fwd_pass_state's two-chunk walks joined its space) or from before spaces were recorded is
+    searched again, and the new entry, recording its space, is then used as it is."""
+    from kernels.cutile import tuning
+    from kernels.cutile.compute_out import OutConfig
+
+    searched = fake_search(monkeypatch)
     old = [OutConfig(), OutConfig(128, 32, 4, 1)]
     grown = [*old, OutConfig(64, 64)]
     entry = (
@@ -218,23 +227,10 @@ def test_tuning_searches_a_key_with_document_boundaries(tmp_path, monkeypatch):
     """Tuning off, a "_seq_idx" key the tables lack borrows its shape's shipped entry without boundaries; tuning on,
     it is searched (its build is another, with other spills) even though that entry was searched over today's
     space, and the search's choice is stored under the "_seq_idx" key."""
-    import types
-
-    import cuda.tile.tune
-
     from kernels.cutile import tuning
     from kernels.cutile.compute_out import OutConfig
 
-    searched = []
-
-    def search(candidates, stream, **kwargs):
-        searched.append(list(candidates))
-        best = types.SimpleNamespace(config=candidates[-1], mean_us=1.0)
-        return types.SimpleNamespace(best=best, successes=candidates, failures=[], summary=lambda top_k: "")
-
-    monkeypatch.setattr(cuda.tile.tune, "exhaustive_search", search)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
-    monkeypatch.setattr(tuning, "_gpu_key", lambda device: "TestGPU|cuda-tile-x")
+    searched = fake_search(monkeypatch)
     space = lambda: [OutConfig(), OutConfig(128, 32, 4, 1), OutConfig(64, 64, 4, 2)]
     entry = {"config": dataclasses.asdict(OutConfig(128, 32, 4, 1)), "space": tuning.space_id(space())}
     (tmp_path / "tuned.json").write_text(json.dumps({"compute_out|s1|TestGPU|cuda-tile-x": entry}))
