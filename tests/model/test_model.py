@@ -288,12 +288,18 @@ def test_packed_documents_are_modelled_as_if_alone():
 DOCUMENTS = torch.tensor([[0] * 3 + [1] * 9 + [2] * 8], dtype=torch.int32).expand(3, -1)  # 20 inputs, 3 documents
 
 
-@pytest.mark.parametrize("seq_idx", [None, DOCUMENTS], ids=["one-document", "three-documents"])
-def test_checkpointed_layers_give_the_same_loss_and_gradients(seq_idx):
+def plain_and_checkpointed() -> tuple[Mamba2LM, Mamba2LM]:
+    """FUSED's model (seed 0) and the same weights with checkpoint_layers."""
     torch.manual_seed(0)
     model = Mamba2LM(Mamba2Config(**FUSED))
     checkpointed = Mamba2LM(Mamba2Config(**FUSED, checkpoint_layers=True))
     checkpointed.load_state_dict(model.state_dict())
+    return model, checkpointed
+
+
+@pytest.mark.parametrize("seq_idx", [None, DOCUMENTS], ids=["one-document", "three-documents"])
+def test_checkpointed_layers_give_the_same_loss_and_gradients(seq_idx):
+    model, checkpointed = plain_and_checkpointed()
     tokens = torch.randint(0, 97, (3, 21))
     results = []
     for m in (model, checkpointed):
@@ -307,10 +313,7 @@ def test_checkpointed_layers_give_the_same_loss_and_gradients(seq_idx):
 
 def test_checkpoint_layers_without_grad_run_the_plain_forward(monkeypatch):
     """Under no_grad nothing is kept for a backward, so nothing is checkpointed: the same logits, no checkpoint call."""
-    torch.manual_seed(0)
-    model = Mamba2LM(Mamba2Config(**FUSED))
-    checkpointed = Mamba2LM(Mamba2Config(**FUSED, checkpoint_layers=True))
-    checkpointed.load_state_dict(model.state_dict())
+    model, checkpointed = plain_and_checkpointed()
     tokens = torch.randint(0, 97, (2, 15))
 
     def refuse(*args, **kwargs):
