@@ -1,5 +1,5 @@
-"""Every cuTile kernel compiles to a cubin for Hopper and Blackwell with no GPU present, with the hints its launches
-give: each kernel's default specialization in the default run, every specialization in the slow tier."""
+"""Every cuTile kernel compiles to a cubin with no GPU present, with the hints its launches give: each kernel's default
+specialization for Hopper in the default run, every specialization for Hopper and Blackwell in the slow tier."""
 
 from __future__ import annotations
 
@@ -100,11 +100,11 @@ def test_every_specialization_lowers_to_tile_ir():
             pytest.fail(f"{label} does not lower to Tile IR: {e}")
 
 
-def test_each_kernel_compiles_its_default_for_hopper_and_blackwell():
+def test_each_kernel_compiles_its_default_for_hopper():
     firsts = aot.first_of_each_kernel()
-    sizes = aot.export(ARCHS, firsts, workers=os.cpu_count() or 1)
-    assert all(list(sizes[arch]) == firsts for arch in ARCHS)
-    assert all(size > 1000 for arch in ARCHS for size in sizes[arch].values())
+    sizes = aot.export(["sm_90"], firsts, workers=os.cpu_count() or 1)
+    assert list(sizes["sm_90"]) == firsts
+    assert all(size > 1000 for size in sizes["sm_90"].values())
 
 
 @pytest.mark.slow

@@ -1,12 +1,14 @@
-"""Synthetic benchmark JSON for the report's tests, and the report run as a user runs it: `python -m bench.report`
-in a subprocess on files written to a temporary directory."""
+"""Synthetic benchmark JSON for the report's tests, and the report run as a user runs it, `python -m bench.report`
+on files written to a temporary directory: in this process (one import of the report and torch for every test)."""
 
 from __future__ import annotations
 
+import io
 import json
 import statistics
 import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -23,8 +25,23 @@ WALLS = {"cutilereference": 0.5, "triton": 1.0, "cutilecutile": 0.25}  # wall ms
 
 
 def run_report(results: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "bench.report", "--results", str(results), "--out", str(out), *extra]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    """`python -m bench.report --results RESULTS --out OUT EXTRA...`: its exit status, stdout and stderr as the
+    process would give them (a SystemExit with a message: that line on stderr and status 1)."""
+    from bench.report.cli import main
+
+    argv = ["--results", str(results), "--out", str(out), *extra]
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with redirect_stdout(stdout), redirect_stderr(stderr):
+        try:
+            code = main(argv)
+        except SystemExit as e:  # as the interpreter ends with it: a message goes to stderr with status 1
+            code = e.code
+            if isinstance(code, str):
+                print(code, file=sys.stderr)
+                code = 1
+    return subprocess.CompletedProcess(
+        [sys.executable, "-m", "bench.report", *argv], code or 0, stdout.getvalue(), stderr.getvalue()
+    )
 
 
 def kernel_run(walls: dict[str, float], settings: dict | None = None) -> dict:
