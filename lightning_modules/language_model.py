@@ -92,19 +92,30 @@ class LanguageModel(L.LightningModule):
         return next_token_loss(self.model, batch["input_ids"], batch.get("seq_idx"))
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        """The batch's loss, copied to the host without a wait; logged once the backward is queued
+        (on_before_optimizer_step). Nothing logged here is a device tensor: Lightning reads those with .item() at
+        the step's end (the progress bar's every step) and copies a float lr to the device, each a wait that leaves
+        the GPU idle while the host prepares the next step."""
         loss = self._loss(batch)
-        self._check_finite()  # the previous step's loss, long copied to the host: no wait for this step
+        self._check_finite()  # a micro-batch's loss still pending when gradients accumulate
         copy = loss.detach().to("cpu", non_blocking=True)
         self._pending_loss = (self.global_step, copy, Mark(loss.device))
-        self.log("train/loss", loss, prog_bar=True)
-        self.log("train/ppl", torch.exp(loss.detach()))
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"])
+        self.log("train/lr", torch.tensor(self.optimizers().param_groups[0]["lr"]))  # a host tensor
         return loss
 
-    def _check_finite(self) -> None:
-        """Raise FloatingPointError if the last training loss copied to the host is NaN or inf."""
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Log the step's loss from its host copy, after a wait for the forward only: the backward is queued, so
+        the GPU has work while the host waits. FloatingPointError, before the step, if it is not finite."""
+        loss = self._check_finite()
+        if loss is not None:
+            self.log("train/loss", loss, prog_bar=True)
+            self.log("train/ppl", torch.exp(loss))
+
+    def _check_finite(self) -> torch.Tensor | None:
+        """The last training loss copied to the host, a 0-d CPU tensor, once the copy is done (None if none is
+        pending); FloatingPointError if it is NaN or inf."""
         if self._pending_loss is None:
-            return
+            return None
         step, value, copied = self._pending_loss
         self._pending_loss = None
         copied.synchronize()
@@ -113,6 +124,7 @@ class LanguageModel(L.LightningModule):
                 f"non-finite training loss ({value.item()}) at step {step}: the run diverged (a lower model.lr "
                 "may help)"
             )
+        return value
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         self._check_finite()  # never write weights a non-finite loss has updated

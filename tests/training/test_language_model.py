@@ -101,3 +101,34 @@ def test_compile_caches_keyed_by_the_code():
     with torch.compiler.config.patch(cache_key_tag="mine"):  # a key the user set stays
         key_compile_caches()
         assert torch.compiler.config.cache_key_tag == "mine"
+
+
+def test_training_logs_only_host_values_the_loss_after_the_backward_is_queued(tmp_path, monkeypatch):
+    """What training_step and on_before_optimizer_step give self.log: never a Python float (Lightning copies those to
+    the device, a wait) nor a tensor of the autograd graph, but host tensors: the lr, and the step's loss as copied
+    to the host, logged once its backward has run (before the optimizer step), equal to the loss training_step
+    returned, with its perplexity."""
+    logged: list[tuple[str, object, int, bool]] = []
+    returned: list[torch.Tensor] = []
+    original_log, original_step = LanguageModel.log, LanguageModel.training_step
+
+    def log(self, name, value, *args, **kwargs):
+        grads = sum(p.grad is not None for p in self.parameters())
+        logged.append((name, value, self.global_step, grads > 0))
+        return original_log(self, name, value, *args, **kwargs)
+
+    def training_step(self, batch, batch_idx):
+        returned.append(loss := original_step(self, batch, batch_idx))
+        return loss
+
+    monkeypatch.setattr(LanguageModel, "log", log)
+    monkeypatch.setattr(LanguageModel, "training_step", training_step)
+    _trainer(tmp_path).fit(LanguageModel(config=Mamba2Config(**CONFIG)), train_dataloaders=_loader())
+    assert [name for name, *_ in logged] == ["train/lr", "train/loss", "train/ppl"] * 3
+    for name, value, _, _ in logged:
+        assert isinstance(value, torch.Tensor) and value.device.type == "cpu" and not value.requires_grad, name
+    losses = [(value, step, after_backward) for name, value, step, after_backward in logged if name == "train/loss"]
+    assert [step for _, step, _ in losses] == [0, 1, 2] and all(after for *_, after in losses)
+    assert [float(v) for v, _, _ in losses] == [float(r) for r in returned]
+    ppl = [float(value) for name, value, *_ in logged if name == "train/ppl"]
+    assert ppl == pytest.approx([torch.exp(r.detach()).item() for r in returned])
