@@ -9,6 +9,7 @@ somewhere, change it, and probe both in one run (docs/kernels.md keeps what was 
     python -m bench.probe_stage bwd_dbc --chunks 64 --shape step       # one layer's SSD in the medium model's step
     python -m bench.probe_stage fwd_pass_state --chunks 128 --shape n64   # the seed's shape with state 64
     python -m bench.probe_stage compute_out --chunks 128 --states float32,bfloat16   # fp32 and bf16 chunk states
+    python -m bench.probe_stage bwd_dbc OLD.py --chunks 64 --shape step --documents stdlib --sweep   # with seq_idx
 
 With --sweep each file's stage is tuned (a temporary tuning cache) and the time of every configuration of
 its tune space at the timed shape is printed. Each row's float64 check runs the configuration that row
@@ -19,6 +20,10 @@ segments still has several).
 The stages reading chunk states or their gradients (compute_out, bwd_dx, bwd_dbc) take them with bf16 inputs (the
 timed shape and the bf16 check) in bf16, as fwd_pass_state and bwd_pass_state store them, or with --states in each
 dtype listed, one row per dtype; the fp32 check keeps float32 states, as fp32 inputs store them.
+
+--documents times the stages that mask by document with seq_idx: documents of that kind (bench.documents) packed
+into the timed shape's rows. Their float64 check then takes short documents (64-256 tokens: boundaries in most
+chunks, one on a chunk edge now and then), whatever kind is timed.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from pathlib import Path
 
 import torch
 
+from bench.documents import DOCUMENTS, packed_seq_idx
 from bench.inputs import stage_inputs
 from bench.timing import wall_ms
 from bench.variants import load_variant
@@ -63,6 +69,7 @@ SHAPES = {
     "step_l8192": {"b": 2, "l": 8192, "h": 24},
     "n64": {"b": 4, "l": 16384, "h": 8, "n": 64},
 }
+MASKING = ("fwd_pass_state", "compute_out", "bwd_pass_state", "bwd_dx", "bwd_dbc")  # take seq_idx last
 ROWS = ("ddt_dir", "da_intra", "da_inter")  # chunk_cumsum_bwd's gradient rows: random, (b, h, c, Q) as dt_out
 UPSTREAM = {"dt_out", "dA_cumsum", "chunk_states", "dstates", "D", "initial_states", "dfinal", "A", "dt_bias"}
 UPSTREAM |= {"dD_parts", *ROWS}  # chunk_cumsum_bwd's
@@ -104,21 +111,43 @@ def arguments(t: dict, names: tuple[str, ...], chunk: int, exact: bool, states: 
     return out
 
 
-def max_error(fn: Callable, stage: str, dtype: torch.dtype, chunk: int, states: torch.dtype = torch.bfloat16) -> float:
-    """The largest relative error of the stage's outputs; chunk states in `states` with bf16 inputs, else float32."""
+def documents(t: dict, kind: str) -> list:
+    """The stage's trailing seq_idx argument for documents of `kind` packed into the rows of t's inputs: none for
+    "none"."""
+    b, l = t["x"].shape[:2]
+    return [] if kind == "none" else [packed_seq_idx(kind, b, l, t["x"].device)]
+
+
+def max_error(
+    fn: Callable,
+    stage: str,
+    dtype: torch.dtype,
+    chunk: int,
+    states: torch.dtype = torch.bfloat16,
+    kind: str = "none",
+) -> float:
+    """The largest relative error of the stage's outputs; chunk states in `states` with bf16 inputs, else float32;
+    with short documents (seq_idx) unless `kind` is "none"."""
     ref, names = STAGES[stage]
     t = inputs(chunk, dtype, l=20 * chunk + 37, h=16, g=2, seed=chunk)
     states = states if dtype == torch.bfloat16 else torch.float32
-    got, want = fn(*arguments(t, names, chunk, False, states)), ref(*arguments(t, names, chunk, True))
+    ids = documents(t, "none" if kind == "none" else "short")
+    got, want = fn(*arguments(t, names, chunk, False, states), *ids), ref(*arguments(t, names, chunk, True), *ids)
     pairs = zip(got, want) if isinstance(want, tuple) else [(got, want)]
     return max(((a.double() - b).norm() / b.norm()).item() for a, b in pairs if b is not None)
 
 
 def time_ms(
-    fn: Callable, stage: str, chunk: int, calls: int, shape: str = "seed", states: torch.dtype = torch.bfloat16
+    fn: Callable,
+    stage: str,
+    chunk: int,
+    calls: int,
+    shape: str = "seed",
+    states: torch.dtype = torch.bfloat16,
+    kind: str = "none",
 ) -> float:
     t = inputs(chunk, **SHAPES[shape], g=1, seed=0)
-    args = arguments(t, STAGES[stage][1], chunk, False, states)
+    args = arguments(t, STAGES[stage][1], chunk, False, states) + documents(t, kind)
     fn(*args)  # compile and, with --sweep, tune before timing
     return wall_ms(lambda: fn(*args), calls)
 
@@ -131,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--sweep", action="store_true", help="tune, printing every configuration's time")
     ap.add_argument("--shape", choices=sorted(SHAPES), default="seed", help="the timed shape")
+    ap.add_argument("--documents", choices=DOCUMENTS, default="none", help="packed documents (seq_idx) timed")
     ap.add_argument(
         "--states",
         default="bfloat16",
@@ -143,11 +173,14 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--states takes float32 and/or bfloat16, got {args.states!r}")
     if state_dtypes != [torch.bfloat16] and not STATES & set(STAGES[args.stage][1]):
         ap.error(f"--states applies to the stages reading chunk states: compute_out, bwd_dx, bwd_dbc, not {args.stage}")
+    if args.documents != "none" and args.stage not in MASKING:
+        ap.error(f"--documents applies to the stages that mask by document: {', '.join(MASKING)}, not {args.stage}")
     if not torch.cuda.is_available():
         print("probe_stage needs a CUDA GPU", file=sys.stderr)
         return 2
     dims = " ".join(f"{k} {v}" for k, v in {"p": 64, "g": 1, "n": 128, **SHAPES[args.shape]}.items())
-    print(f"kernels.cutile.{args.stage}, {args.shape} shape {dims} bf16", flush=True)
+    docs = "" if args.documents == "none" else f", {args.documents} documents"
+    print(f"kernels.cutile.{args.stage}, {args.shape} shape {dims} bf16{docs}", flush=True)
     scratch = Path(tempfile.mkdtemp(prefix="probe_stage_"))
     if args.sweep:
         tuning.sweep_verbosely()
@@ -158,12 +191,14 @@ def main(argv: list[str] | None = None) -> int:
             # launches its own default (nothing cached on this machine is reused), or with --sweep is tuned afresh.
             tuning.set_cache_path(scratch / f"tuning{i}_{str(states)[6:]}.json")
             with tuning.forced(args.stage) as launched:
-                ms = time_ms(fn, args.stage, chunk, args.calls, args.shape, states)
+                ms = time_ms(fn, args.stage, chunk, args.calls, args.shape, states, args.documents)
             if not launched:
                 print(f"{path}: its {args.stage} launched nothing through kernels.cutile.launch", file=sys.stderr)
                 return 2
             with tuning.forced(args.stage, launched[-1]):
-                e16, e32 = (max_error(fn, args.stage, d, chunk, states) for d in (torch.bfloat16, torch.float32))
+                e16, e32 = (
+                    max_error(fn, args.stage, d, chunk, states, args.documents) for d in (torch.bfloat16, torch.float32)
+                )
             label = "" if len(state_dtypes) == 1 and states == torch.bfloat16 else f"  states {str(states)[6:]}"
             print(
                 f"{path or 'production':28s} chunk {chunk:3d}{label}  {ms:8.3f} ms  rel err bf16 {e16:.1e} "

@@ -11,7 +11,10 @@ After the heads: dC += dCB_Σ B and dB += dCB_Σᵀ C, two more products (C·B�
 With document boundaries (seq_idx, HAS_SEQ_IDX) the forward's masks: L is 0 between tokens of different documents,
 exp(G) (dC's inter term, q) is 0 on tokens not in the previous chunk's last document, exp(G_end − G) (dB's state
 term) on tokens not in the chunk's last document, and exp(G_end) <Ĝ, S> is 0 where the chunk does not end in the
-previous chunk's last document (the state entering it is cut).
+previous chunk's last document (the state entering it is cut). dC's mask holds for every head of a token, so it is
+applied once, to the sum over the heads; dB's comes in dt_last, dt zeroed on the tokens not in the chunk's last
+document (last_document_dt, on the host): any mask of db_acc built in the kernel spilled 600-1100 bytes of stack at
+128 state columns (python -m bench.kernel_resources --launched NAME), a loaded one none.
 Splitting the state columns over programs shrinks each program's accumulators and state tiles; dCB_Σ is
 then recomputed per block (it needs no state), and da_inter, a sum over the state columns, is written
 per block and summed on the host. With bf16 inputs (BF16_MMA, as mamba_ssm does) the two per-head products
@@ -67,6 +70,7 @@ def bwd_dbc_kernel(
     TILE_N: ConstInt,
     TF32: ConstBool,
     BF16_MMA: ConstBool,
+    dt_last,  # (b, h, c * Q) float32: dt on the tokens of each chunk's last document, 0 elsewhere (unless HAS_SEQ_IDX)
     seq_idx,  # (b, l) int32 document ids (ignored unless HAS_SEQ_IDX; last: launch.seq_idx_args)
     HAS_SEQ_IDX: ConstBool,
 ):
@@ -79,13 +83,13 @@ def bwd_dbc_kernel(
     ck = ct.load(C, index=(bi, k, gi, ni), shape=(1, Q, 1, TILE_N), padding_mode=ZERO).reshape((Q, TILE_N))
     c32 = ck.astype(ct.float32)
     causal = ct.arange(Q, dtype=ct.int32).reshape((Q, 1)) >= ct.arange(Q, dtype=ct.int32).reshape((1, Q))
-    from_prev, to_last, carried = None, None, None  # with seq_idx, where a term counts: (Q, 1), (Q, 1), (1, 1)
+    from_prev, carried = None, None  # with seq_idx, where a term counts: (Q, 1), (1, 1)
     if HAS_SEQ_IDX:
         doc = documents(seq_idx, bi, k * Q, Q).reshape((Q, 1))
         before = document_before(seq_idx, bi, k * Q).reshape((1, 1))
         last = ct.extract(doc, index=(Q - 1, 0), shape=(1, 1))
         causal = causal & (doc == doc.reshape((1, Q)))  # and within one document
-        from_prev, to_last, carried = doc == before, doc == last, last == before
+        from_prev, carried = doc == before, last == before
     dcb = ct.zeros((Q, Q), dtype=ct.float32)
     dc_acc = ct.zeros((Q, TILE_N), dtype=ct.float32)
     db_acc = ct.zeros((Q, TILE_N), dtype=ct.float32)
@@ -119,16 +123,20 @@ def bwd_dbc_kernel(
             inter = ct.mma(dyk, state.astype(ct.bfloat16), ct.zeros((Q, TILE_N), dtype=ct.float32))
         else:
             inter = ct.mma(dyk.astype(TF), state.astype(TF), ct.zeros((Q, TILE_N), dtype=ct.float32))
-        inter = inter * within(ct.exp(g), from_prev, HAS_SEQ_IDX)
+        inter = inter * ct.exp(g)
         dc_acc = dc_acc + inter
-        q = ct.sum(c32 * inter, axis=1, keepdims=True)  # (Q, 1)
+        q = within(ct.sum(c32 * inter, axis=1, keepdims=True), from_prev, HAS_SEQ_IDX)  # (Q, 1)
         if BF16_MMA:
             into_state = ct.mma(xk, grad.astype(ct.bfloat16), ct.zeros((Q, TILE_N), dtype=ct.float32))
         else:
             into_state = ct.mma(xk.astype(TF), grad.astype(TF), ct.zeros((Q, TILE_N), dtype=ct.float32))
-        db_acc = db_acc + into_state * (within(ct.exp(g_end - g), to_last, HAS_SEQ_IDX) * d)
+        d_last = d
+        if HAS_SEQ_IDX:
+            d_last = ct.load(dt_last, index=(bi, hi, k), shape=(1, 1, Q)).reshape((Q, 1))
+        db_acc = db_acc + into_state * (ct.exp(g_end - g) * d_last)
         da = ct.cumsum(q, axis=0, reverse=True) + passing
         ct.store(da_inter, index=(ni, bi, hi, k), tile=da.reshape((1, 1, 1, Q)))
+    dc_acc = within(dc_acc, from_prev, HAS_SEQ_IDX)
     if BF16_MMA:  # dCB_Σ rounded to bf16, B and C bf16 as loaded
         dcb_bf = dcb.astype(ct.bfloat16)
         dc_acc = ct.mma(dcb_bf, bk, dc_acc)
@@ -176,9 +184,25 @@ def aot_signatures() -> Iterator[Specialization]:
             kernel_signature(
                 [array(dtype, 4)] * 4
                 + [array(f32, 3), array(f32, 3), states, states, array(dtype, 4), array(dtype, 4), array(f32, 4)]
-                + [scalar(), 2, q, tile_p, tile_n, name == "float32", name == "bfloat16", *seq_idx_params(has_seq_idx)]
+                + [scalar(), 2, q, tile_p, tile_n, name == "float32", name == "bfloat16", array(f32, 3)]
+                + seq_idx_params(has_seq_idx)
             ),
         )
+
+
+def last_document_dt(dt_out: torch.Tensor, seq_idx: torch.Tensor) -> torch.Tensor:
+    """dt on the tokens of each chunk's last document and 0 elsewhere: the weight of dB's state term.
+
+    Args:
+        dt_out: (b, h, c, Q) float32.  seq_idx: (b, l) int32, l <= c·Q (padded positions take the last token's id).
+    Returns:
+        (b, h, c, Q) float32.
+    """
+    b, _, nchunks, chunk_size = dt_out.shape
+    pad = nchunks * chunk_size - seq_idx.shape[1]
+    ids = torch.cat([seq_idx, seq_idx[:, -1:].expand(b, pad)], dim=1) if pad else seq_idx
+    ids = ids.view(b, 1, nchunks, chunk_size)
+    return dt_out * (ids == ids[..., -1:])
 
 
 def bwd_dbc(
@@ -209,6 +233,7 @@ def bwd_dbc(
     dC = torch.empty_like(C, memory_format=torch.contiguous_format)
     rows = (b, h, nchunks * chunk_size)
     ids = seq_idx_args(seq_idx, dt_out.view(rows))
+    dt_last = dt_out if seq_idx is None else last_document_dt(dt_out, seq_idx)  # read only with seq_idx
     da_inter_blocks: dict[DbcConfig, torch.Tensor] = {}  # (blocks, b, h, c * Q) per configuration launched
 
     def spec(cfg: DbcConfig) -> tuple[tuple[int, ...], object, tuple]:
@@ -218,7 +243,8 @@ def bwd_dbc(
             da_inter_blocks[cfg] = dt_out.new_empty((blocks,) + rows)
         out = da_inter_blocks[cfg]
         args = (x, dy, B, C, dt_out.view(rows), dA_cumsum.view(rows), chunk_states, dstates, dB, dC, out)
-        args += (h // g, g, chunk_size, next_pow2(p), tile_n, x.dtype == torch.float32, x.dtype == torch.bfloat16, *ids)
+        args += (h // g, g, chunk_size, next_pow2(p), tile_n, x.dtype == torch.float32, x.dtype == torch.bfloat16)
+        args += (dt_last.view(rows), *ids)
         return (b * g, nchunks, blocks), with_hints(bwd_dbc_kernel, cfg.occupancy, cfg.worker_warps), args
 
     cfg = launch("bwd_dbc", shape_key(x, B, chunk_size, seq_idx), DbcConfig(), dbc_space, spec, x.device)

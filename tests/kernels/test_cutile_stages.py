@@ -163,3 +163,31 @@ def test_each_masking_kernel_declares_specializations_with_and_without_seq_idx()
         assert (ids.dtype, ids.ndim) == ((ct.int32, 2) if flag.value else (ct.float32, 3)), label
         seen[stage].add(flag.value)
     assert all(flags == {False, True} for flags in seen.values()), seen
+
+
+@pytest.mark.parametrize("l", [128, 100, 37], ids=["whole_chunks", "padded", "one_padded_chunk"])
+def test_last_document_dt_keeps_dt_on_each_chunks_last_document(l):
+    """bwd_dbc's weight of dB's state term (the kernel loads it: a mask built in the kernel spilled): dt where a
+    token's document is the one its chunk ends in, the chunk's last real token's when the row is padded, else 0;
+    checked token by token against that rule, and a boundary moved by one token changes it."""
+    from kernels.cutile.bwd_dbc import last_document_dt
+
+    b, h, Q = 2, 3, 32
+    c = -(-l // Q)
+    gen = torch.Generator().manual_seed(0)
+    seq_idx = torch.cumsum((torch.rand(b, l, generator=gen) < 0.1).int(), dim=1, dtype=torch.int32)
+    dt = torch.rand(b, h, c, Q, generator=gen) + 0.5
+    got = last_document_dt(dt, seq_idx)
+    want = torch.zeros_like(dt)
+    for bi in range(b):
+        for ci in range(c):
+            last = seq_idx[bi, min(ci * Q + Q - 1, l - 1)]
+            for t in range(Q):
+                if seq_idx[bi, min(ci * Q + t, l - 1)] == last:
+                    want[bi, :, ci, t] = dt[bi, :, ci, t]
+    assert torch.equal(got, want)
+    assert 0 < int((got == 0).sum()) < got.numel()  # both kinds of token occur
+    moved = seq_idx.clone()
+    edge = int(torch.nonzero(seq_idx[0, 1:Q] != seq_idx[0, : Q - 1])[-1]) + 1  # chunk 0's last document starts here
+    moved[0, edge] = moved[0, edge - 1]
+    assert not torch.equal(last_document_dt(dt, moved), got)
