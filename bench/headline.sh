@@ -30,10 +30,7 @@ graphs_series=step_h200_cudagraphs
 layers_series=step_h200_layers_graphs_quick
 l8192_series=step_h200_l8192_layers_graphs_quick
 sweep_series=kernels_h200_sweep
-# single-process runs the report shows labelled "1 run" until a series replaces them
-step_quick=step_h200_compile_quick
-l8192_quick=step_h200_l8192_quick
-scaling_run=scaling_h200x2
+scaling_run=scaling_h200x2  # a single-process run: the report labels it "1 run"
 
 only=${2:-}
 case $only in "" | 1 | 2 | 3) ;; *) echo "bench/headline.sh: process number must be 1, 2 or 3" >&2 && exit 2 ;; esac
@@ -95,12 +92,11 @@ sweep)
     ;;
 report)
     # BENCHMARKS.md's first line is this command's, so rerunning it on the committed results changes nothing. The
-    # step without CUDA graphs comes from its series once that exists, else from the single run; it, the L 8192
-    # runs, the scaling run and the sweep are left out when absent. The other series must exist.
-    [ -f "$results/$step_series.json" ] && step_quick=$step_series
+    # step without CUDA graphs, the L 8192 series, the scaling run and the sweep are left out when absent (their
+    # earlier single runs live in git history). The other series must exist.
     steps=$graphs_series,$layers_series
-    [ -f "$results/$step_quick.json" ] && steps=$step_quick,$steps
-    for s in "$l8192_quick" "$l8192_series"; do [ -f "$results/$s.json" ] && steps=$steps,$s; done
+    [ -f "$results/$step_series.json" ] && steps=$step_series,$steps
+    [ -f "$results/$l8192_series.json" ] && steps=$steps,$l8192_series
     scaling=()
     [ -f "$results/$scaling_run.json" ] && scaling=(--scaling "$scaling_run")
     sweep=()  # the sweep's series lives in git history (kept out of the tree for size); rendered when present
