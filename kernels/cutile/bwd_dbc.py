@@ -13,8 +13,8 @@ exp(G) (dC's inter term, q) is 0 on tokens not in the previous chunk's last docu
 term) on tokens not in the chunk's last document, and exp(G_end) <Ĝ, S> is 0 where the chunk does not end in the
 previous chunk's last document (the state entering it is cut). dC's mask holds for every head of a token, so it is
 applied once, to the sum over the heads; dB's comes in dt_last, dt zeroed on the tokens not in the chunk's last
-document (last_document_dt, on the host): any mask of db_acc built in the kernel spilled 600-1100 bytes of stack at
-128 state columns (python -m bench.kernel_resources --launched NAME), a loaded one none.
+document (last_document_dt, on the host): every mask of db_acc built in the kernel that was tried spilled at 128
+state columns, the loaded one does not (docs/kernels.md, "Document boundaries").
 Splitting the state columns over programs shrinks each program's accumulators and state tiles; dCB_Σ is
 then recomputed per block (it needs no state), and da_inter, a sum over the state columns, is written
 per block and summed on the host. With bf16 inputs (BF16_MMA, as mamba_ssm does) the two per-head products
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import cuda.tile as ct
 import torch
 
+from kernels import reference
 from kernels.cutile.fwd_pass_state import document_before, documents, states_array, within
 from kernels.cutile.launch import (
     BACKWARD_CHUNK,
@@ -198,11 +199,8 @@ def last_document_dt(dt_out: torch.Tensor, seq_idx: torch.Tensor) -> torch.Tenso
     Returns:
         (b, h, c, Q) float32.
     """
-    b, _, nchunks, chunk_size = dt_out.shape
-    pad = nchunks * chunk_size - seq_idx.shape[1]
-    ids = torch.cat([seq_idx, seq_idx[:, -1:].expand(b, pad)], dim=1) if pad else seq_idx
-    ids = ids.view(b, 1, nchunks, chunk_size)
-    return dt_out * (ids == ids[..., -1:])
+    tokens, last, _ = reference.chunk_seq_idx(seq_idx, dt_out.shape[-1])  # (b, c, Q), (b, c)
+    return dt_out * (tokens == last[..., None]).unsqueeze(1)
 
 
 def bwd_dbc(
