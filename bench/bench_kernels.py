@@ -26,6 +26,7 @@ import torch
 import kernels
 from bench.documents import DOCUMENTS, packed_seq_idx
 from bench.inputs import random_inputs
+from bench.kernel_names import by_listed_name
 from bench.results import available_backends, backward_records, write_json
 from bench.timing import ceilings, gpu_kernel_ms, summarize, wall_ms
 from bench.traffic import SSDShape, ssd_io
@@ -152,6 +153,7 @@ def bench_shape(shape: Shape, variants: list[str], modes: list[str], repeats: in
         for backend in backends_here:
             prof = gpu_kernel_ms(fns[backend], min(calls, 5))
             gpu_ms, launches = prof["ms"], prof["kernels"]
+            listed_ms, listed_launches = by_listed_name(prof["by_kernel"], prof["launches"])
             measured = math.isfinite(gpu_ms)  # off GPU there is no kernel time: null in the JSON (JSON has no NaN)
             wall = summarize(samples[backend])
             rec = {
@@ -163,9 +165,9 @@ def bench_shape(shape: Shape, variants: list[str], modes: list[str], repeats: in
                 "gpu_ms": gpu_ms if measured else None,
                 "gpu_kernel_sum_ms": prof["kernel_sum_ms"] if measured else None,  # above gpu_ms: streams overlapped
                 "kernels_per_call": launches,
-                "top_kernels_ms": (top := dict(list(prof["by_kernel"].items())[:TOP_KERNELS])),
+                "top_kernels_ms": (top := dict(list(listed_ms.items())[:TOP_KERNELS])),
                 # launches per call of the listed kernels launched other than once (the rest: once)
-                "kernel_launches": {name: n for name in top if (n := prof["launches"][name]) != 1},
+                "kernel_launches": {name: n for name in top if (n := listed_launches[name]) != 1},
                 "warmup_s": warmup[backend],
                 "GBps_gpu": shape.bytes_moved() / gpu_ms / 1e6 if measured else None,
                 "TFLOPs_gpu": (shape.flops() * (1 if mode == "fwd" else 3)) / gpu_ms / 1e9 if measured else None,

@@ -24,7 +24,7 @@ peak alone in a process; not under CUDA graphs), MFU with the FLOP count it uses
 so measuring does not synchronize the steps it measures; the same loop without any marks, run before and
 after it, gives the timer's own cost (timer_cost: the marked loop over the mean of the two, so that a first
 loop's or a drifting GPU's cost does not land on the timer; timer_loops_ms holds the three). --profile adds
-each variant's GPU kernels: the 20 largest, and every kernel's time and launches per step.
+each variant's GPU kernels: every kernel's time and launches per step, by the name BENCHMARKS.md shows.
 --documents lists packed-document kinds (bench.documents: seq_idx); every variant runs once per kind, all rows
 alternating in one loop, so the cost of document boundaries is measured side by side (row variant@kind).
 
@@ -45,6 +45,7 @@ import yaml
 
 import kernels
 from bench.documents import DOCUMENTS, packed_seq_idx
+from bench.kernel_names import short_name
 from bench.results import STEP_LAYERS, available_backends, write_json
 from bench.step import TimedStep, alternate, median_split, token_batches, warm_up
 from bench.timing import gpu_kernel_ms, summarize
@@ -202,11 +203,7 @@ def bench(
             # (not under CUDA graphs, whose replays allocate from a pool recorded in warm-up)
             rec["own_peak_gib"] = steps[key].resident_gib() + med["above_start_gib"]
         if args.profile:
-            prof = gpu_kernel_ms(lambda s=steps[key]: s(batches[0], timed=False), 2)
-            top = dict(list(prof["by_kernel"].items())[:20])
-            rec["profile"] = {"gpu_ms": prof["ms"], "kernels": prof["kernels"], "top_kernels_ms": top}
-            # every kernel, for where the rest of a step goes: ms and launches per step
-            rec["profile"] |= {"kernels_ms": prof["by_kernel"], "launches": prof["launches"]}
+            rec["profile"] = step_profile(gpu_kernel_ms(lambda s=steps[key]: s(batches[0], timed=False), 2))
         records.append(rec)
 
     def pairing(rec: dict) -> tuple[str, ...]:
@@ -250,6 +247,22 @@ def parse_run_arguments(ap: argparse.ArgumentParser, argv: list[str] | None) -> 
     if args.quick:
         args.warmup, args.steps = 2, 4
     return args
+
+
+PROFILE_MIN_MS = 0.25  # a kernel below this many ms per step is summed into OTHER_KERNELS in a record's profile
+OTHER_KERNELS = "other kernels"
+
+
+def step_profile(prof: dict) -> dict:
+    """A step's profile (bench.timing.gpu_kernel_ms) as a record keeps it: GPU ms and kernel launches per step, and
+    each kernel's ms per step under the name BENCHMARKS.md shows (bench.kernel_names.short_name: a cuTile kernel's
+    specializations summed), largest first; the kernels below PROFILE_MIN_MS summed as OTHER_KERNELS."""
+    ms: dict[str, float] = {}
+    for name, t in prof["by_kernel"].items():
+        ms[short_name(name)] = ms.get(short_name(name), 0.0) + t
+    ranked = {k: t for k, t in sorted(ms.items(), key=lambda kv: -kv[1]) if t >= PROFILE_MIN_MS}
+    ranked[OTHER_KERNELS] = sum(t for t in ms.values() if t < PROFILE_MIN_MS)
+    return {"gpu_ms": prof["ms"], "kernels": prof["kernels"], "kernels_ms": ranked}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,8 @@
 #   bench/headline.sh step_layers [N]   # that step with the cuTile conv + norm (medium.yaml's layers), 4 timed steps
 #   bench/headline.sh step_l8192 [N]    # the same at L 8192, batch 2 (16384 tokens a step, as at L 2048)
 #   bench/headline.sh sweep [N]         # the SSD forward alone over the 16 shapes of bench_kernels' sweep
+#   bench/headline.sh boundaries [N]    # the medium step (cuTile conv + norm) with packed documents, profiled
+#                                       # per kernel, into step_<gpu>_boundaries (h200, h100, ...: nvidia-smi's name)
 #   bench/headline.sh report            # render what results/ holds (no GPU needed): BENCHMARKS.md's command
 #
 # Backends alternate within each process; cuTile and Triton are both tuned and warmed before timing. Each
@@ -22,7 +24,7 @@
 # README.md are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: bench/headline.sh kernels|step|step_graphs|step_layers|step_l8192|sweep|report}
+part=${1:?usage: bench/headline.sh kernels|step|step_graphs|step_layers|step_l8192|sweep|boundaries|report}
 results=${RESULTS:-results}
 kernels_series=kernels_h200_headline
 step_series=step_h200_compiled
@@ -31,6 +33,7 @@ layers_series=step_h200_layers_graphs_quick
 l8192_series=step_h200_l8192_layers_graphs_quick
 sweep_series=kernels_h200_sweep
 scaling_run=scaling_h200x2  # a single-process run: the report labels it "1 run"
+boundaries_series=step_h200_boundaries,step_h100_boundaries  # the report renders each present one
 
 only=${2:-}
 case $only in "" | 1 | 2 | 3) ;; *) echo "bench/headline.sh: process number must be 1, 2 or 3" >&2 && exit 2 ;; esac
@@ -86,6 +89,13 @@ step_l8192)
         --compile_mode reduce-overhead --backends standin+conv+norm,triton+conv+norm,cutile_bwd+conv+norm,cutile+conv+norm \
         --quick --autotune
     ;;
+boundaries)
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | grep -o -i -E '\b[a-z][0-9]{2,4}\b' | head -n 1 || true)
+    [ -n "$gpu" ] || { echo "bench/headline.sh: no GPU model in nvidia-smi's names" >&2 && exit 2; }
+    precompile step
+    run3 "step_${gpu,,}_boundaries" python -m bench.bench_step --configs medium --seqlens 2048 --modes compile \
+        --backends triton+conv+norm,cutile_bwd+conv+norm --documents none,stdlib,short --warmup 3 --steps 20 --profile
+    ;;
 sweep)
     precompile sweep --modes fwd --no-triton
     run3 "$sweep_series" python -m bench.bench_kernels --shapes sweep --backends cutile,triton --modes fwd --autotune
@@ -102,11 +112,11 @@ report)
     sweep=()  # the sweep's series lives in git history (kept out of the tree for size); rendered when present
     [ -f "$results/$sweep_series.json" ] && sweep=(--sweep "$sweep_series")
     python -m bench.report --results "$results" --out "${OUT:-.}" --kernels "$kernels_series" --step "$steps" \
-        "${scaling[@]}" "${sweep[@]}"
+        "${scaling[@]}" "${sweep[@]}" --boundaries "$boundaries_series"
     ;;
 *)
-    echo "bench/headline.sh: unknown part '$part'; use kernels, step, step_graphs, step_layers, step_l8192, sweep" \
-        "or report" >&2
+    echo "bench/headline.sh: unknown part '$part'; use kernels, step, step_graphs, step_layers, step_l8192, sweep," \
+        "boundaries or report" >&2
     exit 2
     ;;
 esac

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from bench.traffic import Profiled
 
+CUTILE_MANGLED = re.compile(r"(\w+?)_kernel_Kt\d+_")  # a cuTile kernel: NAME_kernel_Kt<its specialization>
+SHORT = re.compile(r"[\w:]+(?: \(\w+\))?")  # a name as short_name gives it: "function" or "function (detail)"
 FUNCTOR = re.compile(r"\b\w*(?:Functor|functor)\w*|\b\w+_kernel(?:_cuda)?\b")  # what a C++ kernel was built with
 
 
@@ -23,11 +25,16 @@ def cutile_kernel(name: str) -> Profiled | None:
 
 
 def short_name(name: str) -> str:
-    """A profiled kernel's name as shown: a cuTile stage's name; another kernel's function name (with its namespace
+    """A profiled kernel's name as shown: a cuTile SSD stage's name; another cuTile kernel's name without `_kernel` and
+    its specialization ("conv_fwd"); another kernel's function name (with its namespace
     where the name alone is `kernel`) and the functor or first named template argument it was instantiated with."""
     found = cutile_kernel(name)
     if found:
         return found.stage
+    if mangled := CUTILE_MANGLED.match(name):  # a cuTile kernel other than the SSD's stages (conv, norm)
+        return mangled[1]
+    if SHORT.fullmatch(name):  # already short (a JSON keeps kernels by listed_name)
+        return name
     depth, outside = 0, []
     for ch in name:  # the name without its template arguments and parameter lists
         depth += (ch in "<(") - (ch in ">)")
@@ -38,3 +45,21 @@ def short_name(name: str) -> str:
     first = re.match(r"[^<(]*<\s*([A-Za-z]\w*_\w+)", name)  # the first template argument, when it is a name
     detail = functors[-1] if functors else first[1] if first else None
     return f"{function} ({detail})" if detail else function
+
+
+def listed_name(name: str) -> str:
+    """The name a benchmark JSON keeps for a profiled kernel: a cuTile SSD stage's full name (bench.report.per_kernel
+    reads its constants back from it), any other kernel's short_name."""
+    return name if cutile_kernel(name) else short_name(name)
+
+
+def by_listed_name(ms: dict[str, float], launches: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+    """Kernels' ms and launches per call (bench.timing.gpu_kernel_ms's by_kernel and launches) keyed by listed_name,
+    kernels that share one summed; ms largest first."""
+    summed: dict[str, float] = {}
+    count: dict[str, float] = {}
+    for name, t in ms.items():
+        listed = listed_name(name)
+        summed[listed] = summed.get(listed, 0.0) + t
+        count[listed] = count.get(listed, 0.0) + launches.get(name, 1)
+    return dict(sorted(summed.items(), key=lambda kv: -kv[1])), count

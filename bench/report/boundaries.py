@@ -4,17 +4,21 @@ the step, its cost over the same variant without boundaries and triton's step ov
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 
 from bench.documents import DOCUMENTS  # the rows' order ("none": no boundaries)
 from bench.report.format import Stat, cell, ordered, ratio, runs_text, table, times
 from bench.report.series import env_value
 
-BOUNDARIES_DEFAULT = "step_h200_boundaries"  # --boundaries's series (NAME.json, NAME_run<N>.json) when present
+# --boundaries's series (NAME.json, NAME_run<N>.json), each rendered when present: bench/headline.sh boundaries's
+BOUNDARIES_DEFAULT = "step_h200_boundaries,step_h100_boundaries"
 NOT_CUTILE = ("triton", "torch", "standin")  # variants starting with these are not cuTile's
 ENV_KEYS = {"driver": "driver", "torch": "torch", "triton": "triton", "cuda_tile": "cuda-tile"}
 ENV_KEYS |= {"mamba_ssm": "mamba_ssm", "lightning": "lightning"}
 
+TOP_KERNELS = 8  # the per-kernel table's rows: the kernels whose time boundaries change most, then all kernels
+ALL_KERNELS = "all kernels"
 Shape = tuple[str, int, int, str]  # (model size, L, batch, mode)
 Row = tuple[str, str]  # (documents, variant)
 
@@ -91,6 +95,63 @@ def boundaries_pool(runs: list[dict]) -> dict[Shape, dict[Row, dict[str, Stat | 
     return pooled
 
 
+def kernel_ms(rec: dict) -> dict[str, float] | None:
+    """A record's profiled GPU ms per step by kernel (bench_step.step_profile's names), ALL_KERNELS their sum; None
+    for a record without a profile (bench_step without --profile)."""
+    by_name = (rec.get("profile") or {}).get("kernels_ms")
+    return {**by_name, ALL_KERNELS: sum(by_name.values())} if by_name else None
+
+
+def kernel_pool(runs: list[dict]) -> dict[Shape, dict[Row, dict[str, tuple[Stat | None, Stat | None]]]]:
+    """Per shape, row and kernel: (ms per step, its change over the same variant's row with documents none, taken
+    within each run), each a Stat across the runs that profiled both rows; a kernel a row lacks counts 0 ms."""
+    per_run: list[dict[Shape, dict[Row, dict[str, float]]]] = []
+    for run in runs:
+        figs: dict[Shape, dict[Row, dict[str, float]]] = {}
+        for rec in run["records"]:
+            if "error" not in rec and (ms := kernel_ms(rec)) is not None:
+                figs.setdefault(shape_of(rec), {})[(rec.get("documents", "none"), rec["variant"])] = ms
+        per_run.append(figs)
+    pooled: dict[Shape, dict[Row, dict[str, tuple[Stat | None, Stat | None]]]] = {}
+    for shape in ordered(s for figs in per_run for s in figs):
+        rows = ordered(r for figs in per_run for r in figs.get(shape, {}))
+        variants = ordered(v for _, v in rows)  # variants together, each's documents in DOCUMENTS order
+        rows.sort(key=lambda r: (variants.index(r[1]), DOCUMENTS.index(r[0]) if r[0] in DOCUMENTS else len(DOCUMENTS)))
+        pooled[shape] = {}
+        for docs, variant in rows:
+            both = [f for f in (figs.get(shape, {}) for figs in per_run) if (docs, variant) in f]
+            both = [f for f in both if ("none", variant) in f or docs == "none"]
+            names = ordered(k for f in both for k in f[(docs, variant)])
+            pooled[shape][(docs, variant)] = {
+                k: (
+                    Stat.of(f[(docs, variant)].get(k, 0.0) for f in both),
+                    None
+                    if docs == "none"
+                    else Stat.of(f[(docs, variant)].get(k, 0.0) - f[("none", variant)].get(k, 0.0) for f in both),
+                )
+                for k in names
+            }
+    return pooled
+
+
+def kernel_rows(by: dict[Row, dict[str, tuple[Stat | None, Stat | None]]]) -> tuple[list[str], list[list[str]]]:
+    """The per-kernel table of one shape (header, rows): a column per row of `by`, the TOP_KERNELS kernels whose
+    median change is largest, then ALL_KERNELS; a cell is the median ms, with its median change in parentheses."""
+    changes: Counter[str] = Counter()
+    for figs in by.values():
+        for k, (_, change) in figs.items():
+            if change is not None and k != ALL_KERNELS:
+                changes[k] = max(changes[k], abs(change.median))
+    shown = [k for k, _ in changes.most_common(TOP_KERNELS)] + [ALL_KERNELS]
+
+    def text(figs: dict[str, tuple[Stat | None, Stat | None]], k: str) -> str:
+        ms, change = figs.get(k, (None, None))
+        return "" if ms is None else f"{ms.median:.2f}" + (f" ({change.median:+.2f})" if change else "")
+
+    header = ["kernel", *(f"{variant} {docs}" for docs, variant in by)]
+    return header, [[f"`{k}`" if k != ALL_KERNELS else k, *(text(figs, k) for figs in by.values())] for k in shown]
+
+
 def command(run: dict) -> str:
     """The bench_step command line a run's settings give (its modes, variants, documents, steps)."""
     s = run["settings"]
@@ -131,6 +192,13 @@ def failures(runs: list[dict]) -> list[str]:
     return lines
 
 
+KERNEL_CAPTION = (
+    "Where the time goes (bench_step --profile: one profiled step per row after the timed ones): GPU ms per step by "
+    f"kernel, median across runs; in parentheses the change over the same variant with documents none, taken within "
+    f"each run; the {TOP_KERNELS} kernels that change most, then all kernels:"
+)
+
+
 def boundaries_section(runs: list[dict]) -> str:
     """The section for one bench_step series with packed documents (`runs`: series.load_series's runs)."""
     pooled = boundaries_pool(runs)
@@ -145,9 +213,13 @@ def boundaries_section(runs: list[dict]) -> str:
         "the step of triton with the same layers over the cuTile variant's at the same documents, in the same run; median [min–max] across "
         "runs.",
     ]
-    for (size, seqlen, batch, mode), by in pooled.items():
+    kernels = kernel_pool(runs)
+    for shape, by in pooled.items():
+        size, seqlen, batch, mode = shape
         n = max((f["step_ms"].n for f in by.values() if f["step_ms"]), default=0)  # runs that measured it
         caption = f"{size}, L {seqlen}, batch {batch}, {mode}, {n} run{'s' * (n > 1)}:"
         lines += ["", caption, "", table(header, boundaries_rows(by))]
+        if kernels.get(shape):
+            lines += ["", KERNEL_CAPTION, "", table(*kernel_rows(kernels[shape]))]
     errors = failures(runs)
     return "\n".join(lines + (["", *errors] if errors else []))

@@ -2,7 +2,7 @@
 
     python -m bench.report                                   # results/*.json -> BENCHMARKS.md, README.md
     python -m bench.report --results DIR --out DIR --kernels NAME --step NAME[,NAME...] [--scaling NAME]
-        [--first_step NAME] [--boundaries NAME] [--curves NAME]
+        [--first_step NAME] [--boundaries NAME[,NAME...]] [--curves NAME]
 
 A benchmark is a series of runs, DIR/NAME.json and DIR/NAME_run<N>.json, each written by one process of
 bench/bench_kernels.py, bench/bench_step.py or bench/bench_scaling.py with the same settings (the scaling series
@@ -79,7 +79,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--boundaries",
         default=BOUNDARIES_DEFAULT,
-        help="series NAME of bench/bench_step.py over --documents: NAME.json and NAME_run<N>.json (when present)",
+        help="series NAME of bench/bench_step.py over --documents: NAME.json and NAME_run<N>.json (each rendered "
+        "when present); several, comma-separated (e.g. one per GPU)",
     )
     ap.add_argument("--curves", default=CURVES_DEFAULT, help="bench/curves.py's JSON NAME.json (rendered when present)")
     return ap
@@ -113,9 +114,8 @@ def main(argv: list[str] | None = None) -> int:
 
     out = args.out / "BENCHMARKS.md"
     first = args.results / f"{args.first_step}.json"
-    brun = (
-        load_series(args.results, args.boundaries, "bench_step") if series_files(args.results, args.boundaries) else []
-    )
+    bnames = ordered(n.strip() for n in args.boundaries.split(","))
+    bruns = [load_series(args.results, n, "bench_step") for n in bnames if series_files(args.results, n)]
     curves = args.results / f"{args.curves}.json"
     cdata = json.loads(curves.read_text()) if curves.is_file() else None
     cpngs = [curves_plot(cdata, curves.with_suffix(".png"))] if cdata else []  # the section links it
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         reconcile_section(rec, base, kpool),
         *(["", scaling_section(scrun, scpool)] if scrun else []),
         *(["", first_step_section(json.loads(first.read_text()), first)] if first.is_file() else []),
-        *(["", boundaries_section(brun)] if brun else []),
+        *(part for runs in bruns for part in ("", boundaries_section(runs))),
         *(["", curves_section(cdata, curves, relative(cpngs[0], args.out))] if cdata else []),
     ]
     out.write_text("\n".join(parts) + "\n")

@@ -134,18 +134,19 @@ def test_bench_step_writes_json(tmp_path):
     assert torch_row["parameters"] == standin["parameters"]  # same model, only the SSD differs
     m = torch_row["median"]
     assert m["step_ms"] >= m["forward_ms"] > 0 and m["ssd_forward_ms"] > 0 and m["ssd_backward_ms"] > 0
-    # two steps: each median is the mean of two, so the split adds up as it does per step
-    assert m["step_ms"] == pytest.approx(m["forward_ms"] + m["backward_ms"] + m["optimizer_ms"])
+    # two steps: each median is the mean of two, so the split adds up as it does per step (to the JSON's 6 digits)
+    assert m["step_ms"] == pytest.approx(m["forward_ms"] + m["backward_ms"] + m["optimizer_ms"], rel=1e-5)
     assert 0 < torch_row["ssd_share"] < 1 and torch_row["tokens_per_s"] > 0
     # the stand-in runs through kernels.ssd as a backend (y = x·D), timed as any backend is
     assert 0 < standin["median"]["ssd_forward_ms"] < m["ssd_forward_ms"] and "ssd_ms_by_subtraction" not in standin
-    assert torch_row["ssd_ms_by_subtraction"] == pytest.approx(m["step_ms"] - standin["median"]["step_ms"])
+    by_subtraction = m["step_ms"] - standin["median"]["step_ms"]
+    assert torch_row["ssd_ms_by_subtraction"] == pytest.approx(by_subtraction, rel=1e-5, abs=1e-5)
     assert torch_row["train_flops_per_token"] > 0
     # the marked loop against the mean of an unmarked loop before and after it
     loops = torch_row["timer_loops_ms"]
     assert sorted(loops) == ["plain_after", "plain_before", "timed"] and min(loops.values()) > 0
     mean_plain = (loops["plain_before"] + loops["plain_after"]) / 2
-    assert torch_row["timer_cost"] == pytest.approx(loops["timed"] / mean_plain - 1)
+    assert torch_row["timer_cost"] == pytest.approx(loops["timed"] / mean_plain - 1, abs=1e-5)
 
 
 def test_bench_step_refuses_unknown_variants():
@@ -314,7 +315,8 @@ def test_bench_step_measures_documents_kinds_side_by_side(tmp_path, monkeypatch,
     assert sorted((k for ks in seen.values() for k in ks), key=str) == [(1, 2), (1, 2), None, None]
     for kind in ("none", "short"):
         torch_row, standin = rows["torch", kind], rows["standin", kind]
-        assert torch_row["ssd_ms_by_subtraction"] == torch_row["median"]["step_ms"] - standin["median"]["step_ms"]
+        by_subtraction = torch_row["median"]["step_ms"] - standin["median"]["step_ms"]
+        assert torch_row["ssd_ms_by_subtraction"] == pytest.approx(by_subtraction, rel=1e-5, abs=1e-5)
     printed = capsys.readouterr().out
     assert " torch@short " in printed and " standin@short " in printed and " torch@none " not in printed
     for bad, problem in (("none,bogus", "unknown 'bogus'"), ("short,short", "'short' given twice")):
@@ -336,3 +338,29 @@ def test_gpu_time_counts_overlapping_kernels_once():
     assert busy_us([]) == 0
     assert busy_us([(0, 4), (10, 13)]) == 7  # one stream: the durations' sum
     assert busy_us([(10, 20), (0, 12), (15, 18), (30, 31), (30.5, 32)]) == 22  # overlaps, nesting, any order
+
+
+def test_step_profile_names_kernels_as_the_report_shows_them():
+    from bench.bench_step import OTHER_KERNELS, PROFILE_MIN_MS, step_profile
+
+    conv = "conv_fwd_kernel_Kt1_A3bf16_3v8l0_4t1_6i16_p16_Si32_I4_B1_B0"  # a cuTile kernel, one specialization
+    conv_seq_idx = "conv_fwd_kernel_Kt1_A3bf16_3v8l0_4t1_6i16_p16_A2i32_1v4l0_Si32_I4_B1_B1"  # another: with seq_idx
+    small = PROFILE_MIN_MS / 4
+    by_kernel = {
+        "_chunk_scan_fwd_kernel": 3.0,
+        conv: 2.0,
+        conv_seq_idx: 1.5,
+        "norm_bwd_kernel_Kt2_A2bf16_I1536_B1": 1.0,
+    }
+    by_kernel |= {"triton_poi_fused_1": small, "triton_poi_fused_2": small}
+    prof = step_profile({"ms": 7.0, "kernels": 72, "by_kernel": by_kernel, "launches": {}})
+    assert prof["gpu_ms"] == 7.0 and prof["kernels"] == 72
+    shown = [("conv_fwd", 3.5), ("_chunk_scan_fwd_kernel", 3.0), ("norm_bwd", 1.0), (OTHER_KERNELS, 2 * small)]
+    assert list(prof["kernels_ms"].items()) == shown
+
+
+def test_write_json_keeps_six_significant_digits_of_every_float(tmp_path):
+    from bench.results import write_json
+
+    path = write_json(tmp_path / "out" / "a.json", {"a": 1 / 3, "b": [2 / 3, {"c": 123456.789}], "n": 5, "s": "x"})
+    assert json.loads(path.read_text()) == {"a": 0.333333, "b": [0.666667, {"c": 123457.0}], "n": 5, "s": "x"}

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import statistics
 
-from bench.report.boundaries import boundaries_pool, boundaries_section, is_cutile, triton_twin
+from bench.report import boundaries
+from bench.report.boundaries import (
+    ALL_KERNELS,
+    boundaries_pool,
+    boundaries_section,
+    is_cutile,
+    kernel_pool,
+    kernel_rows,
+    triton_twin,
+)
 from bench.report.series import load_series
 from tests.bench.report.synthetic import WALLS, kernel_run, run_report, step_run, write
 
@@ -95,3 +104,47 @@ def test_report_renders_the_section_when_the_series_is_present(tmp_path):
     text = (tmp_path / "BENCHMARKS.md").read_text()
     assert "## Document boundaries in the training step (bench/bench_step.py, b_run2.json)" in text
     assert f"| short | {CUTILE} | 88.00 | 1,000,000 | +10.0% | 1.25x |" in text
+
+
+def profiled(scale: float) -> dict:
+    """run(scale) with a profile on cuTile's none and stdlib rows: a conv, a GEMM, and in the stdlib row a kernel the
+    none row lacks."""
+    out = run(scale)
+    for rec in out["records"]:
+        if (rec["variant"], rec["documents"]) == (CUTILE, "none"):
+            rec["profile"] = {"kernels_ms": {"conv_fwd": 2.0 * scale, "nvjet_gemm": 10.0}}
+        if (rec["variant"], rec["documents"]) == (CUTILE, "stdlib"):
+            kernels = {"conv_fwd": 0.5 + 2.0 * scale, "nvjet_gemm": 10.0, "elementwise_kernel": 0.25}
+            rec["profile"] = {"kernels_ms": kernels}
+    return out
+
+
+def test_kernel_table_shows_each_kernels_change_with_boundaries_within_each_run(tmp_path):
+    for i, scale in enumerate((1.0, 2.0, 3.0), 1):
+        write(tmp_path / f"k{'' if i == 1 else f'_run{i}'}.json", profiled(scale))
+    runs = load_series(tmp_path, "k", "bench_step")
+    (by,) = kernel_pool(runs).values()
+    assert list(by) == [("none", CUTILE), ("stdlib", CUTILE)]  # rows without a profile are left out
+    ms, change = by[("stdlib", CUTILE)]["conv_fwd"]
+    assert (ms.median, ms.min, ms.max) == (4.5, 2.5, 6.5) and change.median == change.min == change.max == 0.5
+    assert by[("stdlib", CUTILE)]["elementwise_kernel"][1].median == 0.25  # absent from the none row: 0 ms there
+    assert by[("stdlib", CUTILE)][ALL_KERNELS][1].median == 0.75 and by[("none", CUTILE)]["conv_fwd"][1] is None
+    header, rows = kernel_rows(by)
+    assert header == ["kernel", f"{CUTILE} none", f"{CUTILE} stdlib"]
+    assert rows == [
+        ["`conv_fwd`", "4.00", "4.50 (+0.50)"],
+        ["`elementwise_kernel`", "", "0.25 (+0.25)"],
+        ["`nvjet_gemm`", "10.00", "10.00 (+0.00)"],
+        [ALL_KERNELS, "14.00", "14.75 (+0.75)"],
+    ]
+    text = boundaries_section(runs)
+    assert "Where the time goes" in text and f"| {ALL_KERNELS} | 14.00 | 14.75 (+0.75) |" in text
+    write(tmp_path / "plain.json", run(1.0))  # bench_step without --profile: no kernel table
+    assert "Where the time goes" not in boundaries_section(load_series(tmp_path, "plain", "bench_step"))
+
+
+def test_kernel_table_keeps_the_kernels_that_change_most(monkeypatch, tmp_path):
+    write(tmp_path / "k.json", profiled(1.0))
+    (by,) = kernel_pool(load_series(tmp_path, "k", "bench_step")).values()
+    monkeypatch.setattr(boundaries, "TOP_KERNELS", 1)
+    assert [row[0] for row in kernel_rows(by)[1]] == ["`conv_fwd`", ALL_KERNELS]

@@ -8,11 +8,12 @@ import subprocess
 
 from bench.report.headline import inject_headline
 from tests.bench.report.synthetic import CONFIG, ROOT, compiled_step_run, kernel_run, step_run, write
+from tests.bench.report.test_boundaries_section import run as boundaries_run
 
 
 def test_headline_script_renders_its_own_series(tmp_path):
-    """bench/headline.sh report: the series its kernels, step, step_graphs, step_layers, step_l8192 and sweep
-    parts write, three kernel processes pooled; no scaling run, none shown."""
+    """bench/headline.sh report: the series its kernels, step, step_graphs, step_layers, step_l8192, sweep and
+    boundaries parts write, three kernel processes pooled; no scaling run, none shown."""
     walls = [{"cutilereference": 0.5, "triton": t, "cutilecutile": 0.25} for t in (1.2, 1.0, 1.5)]
     write(tmp_path / "kernels_h200_headline.json", kernel_run(walls[0]))
     for i, w in enumerate(walls[1:], 2):
@@ -24,6 +25,7 @@ def test_headline_script_renders_its_own_series(tmp_path):
     write(tmp_path / "step_h200_layers_graphs_quick.json", layers)
     write(tmp_path / "step_h200_l8192_layers_graphs_quick.json", layers)
     write(tmp_path / "kernels_h200_sweep.json", kernel_run(walls[0]))
+    write(tmp_path / "step_h100_boundaries.json", boundaries_run(1.0))  # the boundaries part names the GPU
     (tmp_path / "README.md").write_text("<!-- headline:start -->\n<!-- headline:end -->\n")
     env = {**os.environ, "RESULTS": str(tmp_path), "OUT": str(tmp_path)}
     done = subprocess.run(["bash", "bench/headline.sh", "report"], cwd=ROOT, env=env, capture_output=True, text=True)
@@ -37,6 +39,7 @@ def test_headline_script_renders_its_own_series(tmp_path):
     text = (tmp_path / "BENCHMARKS.md").read_text()
     assert "## The SSD over the shape sweep" in text and "## Scaling" not in text
     assert "step_h200_compile_quick" not in text  # the series replaces the single run
+    assert "## Document boundaries in the training step (bench/bench_step.py, step_h100_boundaries.json)" in text
     bad = subprocess.run(["bash", "bench/headline.sh", "kernels", "4"], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "1, 2 or 3" in bad.stderr
 

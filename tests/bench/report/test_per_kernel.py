@@ -84,3 +84,16 @@ def test_report_renders_gpu_time_per_kernel_and_the_memory_floor(tmp_path):
     done = run_report(tmp_path, tmp_path, "--kernels", "kernels_k", "--step", "step_t")
     assert done.returncode == 0, done.stderr
     assert "No per-kernel GPU times in the JSON (`top_kernels_ms`)." in (tmp_path / "BENCHMARKS.md").read_text()
+
+
+def test_json_keeps_cutile_stages_by_full_name_and_others_by_short_name_summed():
+    from bench.kernel_names import by_listed_name, short_name
+
+    q128 = fwd_pass_state_name(128)
+    sums = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::sum_functor<float> > >(X)"
+    sums4 = "void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float, at::native::sum_functor<float> > >(X)"
+    ms, launches = by_listed_name({q128: 0.25, sums: 0.5, sums4: 0.125}, {q128: 2, sums: 1})
+    assert list(ms.items()) == [("reduce_kernel (sum_functor)", 0.625), (q128, 0.25)]
+    assert launches == {"reduce_kernel (sum_functor)": 2, q128: 2}  # a kernel absent from launches: once
+    assert short_name("reduce_kernel (sum_functor)") == "reduce_kernel (sum_functor)"  # a listed name shows as is
+    assert short_name(q128) == "fwd_pass_state" and short_name("Memset (Device)") == "Memset (Device)"
