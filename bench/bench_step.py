@@ -46,7 +46,7 @@ import yaml
 
 import kernels
 from bench.documents import DOCUMENTS, packed_seq_idx
-from bench.kernel_names import short_name
+from bench.kernel_names import by_listed_name, short_name
 from bench.results import STEP_LAYERS, available_backends, write_json
 from bench.step import TimedStep, alternate, median_split, token_batches, warm_up
 from bench.timing import gpu_kernel_ms, summarize
@@ -258,10 +258,8 @@ def step_profile(prof: dict) -> dict:
     """A step's profile (bench.timing.gpu_kernel_ms) as a record keeps it: GPU ms and kernel launches per step, and
     each kernel's ms per step under the name BENCHMARKS.md shows (bench.kernel_names.short_name: a cuTile kernel's
     specializations summed), largest first; the kernels below PROFILE_MIN_MS summed as OTHER_KERNELS."""
-    ms: dict[str, float] = {}
-    for name, t in prof["by_kernel"].items():
-        ms[short_name(name)] = ms.get(short_name(name), 0.0) + t
-    ranked = {k: t for k, t in sorted(ms.items(), key=lambda kv: -kv[1]) if t >= PROFILE_MIN_MS}
+    ms, _ = by_listed_name(prof["by_kernel"], prof["launches"], short_name)
+    ranked = {k: t for k, t in ms.items() if t >= PROFILE_MIN_MS}
     ranked[OTHER_KERNELS] = sum(t for t in ms.values() if t < PROFILE_MIN_MS)
     return {"gpu_ms": prof["ms"], "kernels": prof["kernels"], "kernels_ms": ranked}
 

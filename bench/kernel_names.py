@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -53,13 +54,15 @@ def listed_name(name: str) -> str:
     return name if cutile_kernel(name) else short_name(name)
 
 
-def by_listed_name(ms: dict[str, float], launches: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
-    """Kernels' ms and launches per call (bench.timing.gpu_kernel_ms's by_kernel and launches) keyed by listed_name,
-    kernels that share one summed; ms largest first."""
+def by_listed_name(
+    ms: dict[str, float], launches: dict[str, float], name_of: Callable[[str], str] = listed_name
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Kernels' ms and launches per call (bench.timing.gpu_kernel_ms's by_kernel and launches) keyed by name_of
+    (default listed_name; bench_step's profile: short_name), kernels that share one summed; ms largest first."""
     summed: dict[str, float] = {}
     count: dict[str, float] = {}
     for name, t in ms.items():
-        listed = listed_name(name)
-        summed[listed] = summed.get(listed, 0.0) + t
-        count[listed] = count.get(listed, 0.0) + launches.get(name, 1)
+        shown = name_of(name)
+        summed[shown] = summed.get(shown, 0.0) + t
+        count[shown] = count.get(shown, 0.0) + launches.get(name, 1)
     return dict(sorted(summed.items(), key=lambda kv: -kv[1])), count

@@ -32,6 +32,11 @@ def environment_text(envs: Iterable[dict]) -> str:
     return ", ".join([values["gpu"], *(f"{name} {values[k]}" for k, name in ENV_KEYS.items()), dates])
 
 
+def documents_rank(documents: str) -> int:
+    """Where a documents kind's rows go: DOCUMENTS' order, any other kind after them."""
+    return DOCUMENTS.index(documents) if documents in DOCUMENTS else len(DOCUMENTS)
+
+
 def shape_of(rec: dict) -> Shape:
     """A bench_step record's (size, L, batch, mode), the mode with its torch.compile mode where set."""
     mode = " ".join([rec["mode"], *([rec["compile_mode"]] if rec.get("compile_mode") else [])])
@@ -86,7 +91,7 @@ def boundaries_pool(runs: list[dict]) -> dict[Shape, dict[Row, dict[str, Stat | 
     pooled: dict[Shape, dict[Row, dict[str, Stat | None]]] = {}
     for shape in ordered(s for figs in per_run for s in figs):
         rows = ordered(r for figs in per_run for r in figs.get(shape, {}))
-        rows.sort(key=lambda r: DOCUMENTS.index(r[0]) if r[0] in DOCUMENTS else len(DOCUMENTS))  # stable
+        rows.sort(key=lambda r: documents_rank(r[0]))  # stable
         found = [[figs[shape][row] for figs in per_run if row in figs.get(shape, {})] for row in rows]
         pooled[shape] = {
             row: {k: Stat.of(f[k] for f in fs) for k in ("step_ms", "tokens_per_s", "cost", "over_triton")}
@@ -116,7 +121,7 @@ def kernel_pool(runs: list[dict]) -> dict[Shape, dict[Row, dict[str, tuple[Stat 
     for shape in ordered(s for figs in per_run for s in figs):
         rows = ordered(r for figs in per_run for r in figs.get(shape, {}))
         variants = ordered(v for _, v in rows)  # variants together, each's documents in DOCUMENTS order
-        rows.sort(key=lambda r: (variants.index(r[1]), DOCUMENTS.index(r[0]) if r[0] in DOCUMENTS else len(DOCUMENTS)))
+        rows.sort(key=lambda r: (variants.index(r[1]), documents_rank(r[0])))
         pooled[shape] = {}
         for docs, variant in rows:
             both = [f for f in (figs.get(shape, {}) for figs in per_run) if (docs, variant) in f]

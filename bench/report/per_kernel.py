@@ -97,9 +97,9 @@ def per_kernel_section(runs: list[dict]) -> str:
         f"call; *{OTHER}*: the call's kernels' summed time less theirs, where it launched more). cuTile kernels go by "
         "their stage (kernels/cutile/*STAGE*.py) and, where a stage ran in several specializations, the constants that "
         "differ (Q: the chunk size); others by their function and the functor or template argument they were "
-        "built with (kernels whose names shorten alike summed in the JSON; #1, #2 where older JSON kept them apart). *floor MB*: the bytes the stage must move at the "
-        "row's shape and its own chunk size, each tensor it reads read once and each it writes written once "
-        "(bench/traffic.py); *floor µs*: those bytes at the copy ceiling measured in the same process; "
+        "built with (kernels whose names shorten alike summed in the JSON; #1, #2 where older JSON kept them "
+        "apart). *floor MB*: the bytes the stage must move at the row's shape and its own chunk size, each tensor "
+        "it reads read once and each it writes written once (bench/traffic.py); *floor µs*: those bytes at the copy ceiling measured in the same process; "
         "*of floor*: the floor over the measured time. A kernel launched more than once per call in one "
         "specialization shows once, its time summed, against the floor of all its launches (`kernel_launches`; "
         "JSON without it: one launch's floor).",
