@@ -14,26 +14,11 @@ import kernels
 STEP_LAYERS = {"conv": "conv_backend", "norm": "norm_backend"}
 
 
-SIGNIFICANT = 6  # significant digits a float keeps in the JSON: no clock here resolves more, and results/ stays small
-
-
-def rounded(value: Any) -> Any:
-    """`value` with every float, in nested dicts and lists too, kept to SIGNIFICANT significant digits."""
-    if isinstance(value, float):
-        return float(f"{value:.{SIGNIFICANT}g}")
-    if isinstance(value, dict):
-        return {k: rounded(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [rounded(v) for v in value]
-    return value
-
-
 def write_json(path: str | Path, payload: dict[str, Any]) -> Path:
-    """Write `payload` as compact JSON (one line) to `path` (parents created), floats rounded (`rounded`); values
-    JSON lacks become strings."""
+    """Write `payload` as compact JSON (one line) to `path` (parents created); values JSON lacks become strings."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(rounded(payload), separators=(",", ":"), default=str) + "\n")
+    path.write_text(json.dumps(payload, separators=(",", ":"), default=str) + "\n")
     return path
 
 
