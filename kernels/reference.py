@@ -91,6 +91,14 @@ def chunk_cumsum(
     return dt_out, dA_cumsum
 
 
+def pad_seq_idx(seq_idx: Tensor, multiple: int) -> Tensor:
+    """seq_idx (b, l) padded to (b, ceil(l / multiple) · multiple) by repeating each row's last value (padding
+    tokens join the last document); seq_idx itself when l is a multiple already."""
+    b, l = seq_idx.shape
+    extra = -l % multiple
+    return seq_idx if extra == 0 else torch.cat([seq_idx, seq_idx[:, -1:].expand(b, extra)], dim=1)
+
+
 def chunk_seq_idx(seq_idx: Tensor, chunk_size: int) -> tuple[Tensor, Tensor, Tensor]:
     """seq_idx by chunk: per token, at each chunk's last token, and at the previous chunk's last token.
 
@@ -101,10 +109,8 @@ def chunk_seq_idx(seq_idx: Tensor, chunk_size: int) -> tuple[Tensor, Tensor, Ten
         last: (b, c) at each chunk's last token (the last real token l − 1 for a short last chunk).
         prev: (b, c) at the previous chunk's last token; 0 for chunk 0 (the initial state's document).
     """
-    b, l = seq_idx.shape
-    c = -(-l // chunk_size)
-    padded = torch.cat([seq_idx, seq_idx[:, -1:].expand(b, c * chunk_size - l)], dim=1)
-    tokens = padded.reshape(b, c, chunk_size)
+    b = seq_idx.shape[0]
+    tokens = pad_seq_idx(seq_idx, chunk_size).reshape(b, -1, chunk_size)
     last = tokens[..., -1]
     prev = F.pad(last[:, :-1], (1, 0))
     return tokens, last, prev

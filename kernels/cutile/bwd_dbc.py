@@ -86,8 +86,8 @@ def bwd_dbc_kernel(
     causal = ct.arange(Q, dtype=ct.int32).reshape((Q, 1)) >= ct.arange(Q, dtype=ct.int32).reshape((1, Q))
     from_prev, carried = None, None  # with seq_idx, where a term counts: (Q, 1), (1, 1)
     if HAS_SEQ_IDX:
-        doc = documents(seq_idx, bi, k * Q, Q).reshape((Q, 1))
-        before = document_before(seq_idx, bi, k * Q).reshape((1, 1))
+        doc = documents(seq_idx, bi, k, Q).reshape((Q, 1))
+        before = document_before(seq_idx, bi, k, Q)
         last = ct.extract(doc, index=(Q - 1, 0), shape=(1, 1))
         causal = causal & (doc == doc.reshape((1, Q)))  # and within one document
         from_prev, carried = doc == before, last == before
@@ -230,7 +230,7 @@ def bwd_dbc(
     dB = torch.empty_like(B, memory_format=torch.contiguous_format)
     dC = torch.empty_like(C, memory_format=torch.contiguous_format)
     rows = (b, h, nchunks * chunk_size)
-    ids = seq_idx_args(seq_idx, dt_out.view(rows))
+    ids = seq_idx_args(seq_idx, dt_out.view(rows), chunk_size)
     dt_last = dt_out if seq_idx is None else last_document_dt(dt_out, seq_idx)  # read only with seq_idx
     da_inter_blocks: dict[DbcConfig, torch.Tensor] = {}  # (blocks, b, h, c * Q) per configuration launched
 

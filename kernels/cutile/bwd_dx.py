@@ -117,7 +117,7 @@ def bwd_dx_kernel(
         causal = cols >= rows
         doc = None  # the tokens' document ids, with seq_idx
         if HAS_SEQ_IDX:
-            doc = documents(seq_idx, bi, k * Q, Q).reshape((Q, 1))
+            doc = documents(seq_idx, bi, k, Q).reshape((Q, 1))
             causal = causal & (doc == doc.reshape((1, Q)))  # and within one document
         kt = ct.mma(b_mm, ct.transpose(c_mm), ct.zeros((Q, Q), dtype=ct.float32))
         kt = kt * ct.exp2(ct.where(causal, g_row - g, -float("inf")))
@@ -250,7 +250,7 @@ def bwd_dx(
     else:
         dA_g = dA_cumsum * LOG2E if dA_log2 is None else dA_log2
     outs = (dx, ddt_dir.view(rows), da_intra.view(rows), dD_part)
-    ids = seq_idx_args(seq_idx, dt_out.view(rows))
+    ids = seq_idx_args(seq_idx, dt_out.view(rows), chunk_size)
 
     def spec(cfg: DxConfig) -> tuple[tuple[int, ...], object, tuple]:
         args = (x, dy, B, C, dt_out.view(rows), dA_g.view(rows), dstates, D32, *outs, h, h // g, chunk_size)

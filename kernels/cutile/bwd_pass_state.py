@@ -82,8 +82,8 @@ def backward_walk(
         from_start = ct.exp2(g)  # each token's decay from the chunk start
         decay = ct.exp2(g_end)
         if HAS_SEQ_IDX:
-            doc = documents(seq_idx, bi, k * Q, Q).reshape((Q, 1))
-            before = document_before(seq_idx, bi, k * Q).reshape((1, 1))
+            doc = documents(seq_idx, bi, k, Q).reshape((Q, 1))
+            before = document_before(seq_idx, bi, k, Q)
             from_start = ct.where(doc == before, from_start, 0.0)
             decay = ct.where(ct.extract(doc, index=(Q - 1, 0), shape=(1, 1)) == before, decay, 0.0)
         # C scaled by each token's decay from the chunk start; the product accumulates onto the decayed gradient
@@ -166,7 +166,7 @@ def bwd_pass_state(
     def spec(cfg: StateConfig) -> tuple[tuple[int, ...], object, tuple]:
         grid = (b * h, -(-p // cfg.TILE_P), -(-n // cfg.TILE_N))
         args = (*arrays, h, h // g, chunk_size, cfg.TILE_P, cfg.TILE_N, dfinal_state is not None)
-        args += (dy.dtype == torch.float32, cfg.latency, *seq_idx_args(seq_idx, arrays[2]))
+        args += (dy.dtype == torch.float32, cfg.latency, *seq_idx_args(seq_idx, arrays[2], chunk_size))
         return grid, with_hints(bwd_pass_state_kernel, cfg.occupancy), args
 
     key = shape_key(dy, C, chunk_size, seq_idx)

@@ -31,9 +31,25 @@ import cuda.tile as ct
 import torch
 
 from kernels.cutile.chunk_cumsum import LOG2E
-from kernels.cutile.fwd_pass_state import document_before, documents, states_array
+from kernels.cutile.fwd_pass_state import states_array
 from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, next_pow2, seq_idx_args, shape_key, with_hints
 from kernels.cutile.signature import DTYPES, Specialization, array, hinted, kernel_signature, scalar, seq_idx_params
+
+
+@ct.function
+def documents(seq_idx, bi, tile, T):
+    """Row bi's document ids of tokens tile·T … tile·T + T − 1, (1, T) int32, gathered from seq_idx (b, l′), l′ a
+    multiple of T (launch.seq_idx_args pads). Here a gather: the walks' tile load
+    (kernels.cutile.fwd_pass_state.documents) made this kernel slower, its loops taking one or two tiles
+    (docs/kernels.md, boundaries). A device function, inlined."""
+    return ct.gather(seq_idx, (bi, tile * T + ct.arange(T, dtype=ct.int32))).reshape((1, T))
+
+
+@ct.function
+def document_before(seq_idx, bi, tile, T):
+    """Row bi's document id of the token before tile `tile` of T tokens, (1, 1) int32, gathered: 0 for tile 0 (the
+    gather pads index −1 with 0; the initial state belongs to document 0). A device function, inlined."""
+    return ct.gather(seq_idx, (bi, tile * T - 1 + ct.zeros((1,), dtype=ct.int32))).reshape((1, 1))
 
 
 @ct.function
@@ -97,8 +113,8 @@ def compute_out_kernel(
         from_start = ct.exp2(g_t)
         doc_t = None  # the rows' document ids, with seq_idx
         if HAS_SEQ_IDX:
-            doc_t = documents(seq_idx, bi, tb * TILE_T, TILE_T).reshape((TILE_T, 1))
-            before = document_before(seq_idx, bi, k * Q).reshape((1, 1))
+            doc_t = documents(seq_idx, bi, tb, TILE_T).reshape((TILE_T, 1))
+            before = document_before(seq_idx, bi, k, Q)
             from_start = ct.where(doc_t == before, from_start, 0.0)
         acc = acc * from_start
 
@@ -124,7 +140,7 @@ def compute_out_kernel(
             s_idx = sb * TILE_T + ct.arange(TILE_T, dtype=ct.int32).reshape((1, TILE_T))
             pairs = t_idx >= s_idx
             if HAS_SEQ_IDX:
-                pairs = pairs & (doc_t == documents(seq_idx, bi, sb * TILE_T, TILE_T).reshape((1, TILE_T)))
+                pairs = pairs & (doc_t == documents(seq_idx, bi, sb, TILE_T))
             log_decay = ct.where(pairs, g_t - g_s, -float("inf"))
             scores = cb * ct.exp2(log_decay) * d_s
             if BF16_MMA:
@@ -247,7 +263,8 @@ def compute_out(
         grid = (b * h, -(-nblocks // cfg.blocks), -(-p // cfg.TILE_P))
         args = (x, B, C, dt_rows, dA_cumsum.view(rows), chunk_states, dt_out if D32 is None else D32, y)
         args += (h, h // g, chunk_size, tile_t, cfg.TILE_P, next_pow2(n, 1), D is not None, x.dtype == torch.float32)
-        args += (cfg.latency, x.dtype == torch.bfloat16, cfg.blocks, nblocks, *seq_idx_args(seq_idx, dt_rows))
+        args += (cfg.latency, x.dtype == torch.bfloat16, cfg.blocks, nblocks)
+        args += seq_idx_args(seq_idx, dt_rows, chunk_size)
         return grid, with_hints(compute_out_kernel, cfg.occupancy), args
 
     key = shape_key(x, B, chunk_size, seq_idx)

@@ -50,20 +50,21 @@ from kernels.cutile.signature import (
 
 
 @ct.function
-def documents(seq_idx, bi, first, T):
-    """Row bi's document ids of tokens first … first + T − 1, (T,) int32, from seq_idx (b, l) int32: a token past the
-    row's end takes the last token's id (a padded seq_idx repeats it), so a chunk's last position holds its last
-    real token's document. A device function, inlined into the kernels that take seq_idx."""
-    tokens = ct.minimum(first + ct.arange(T, dtype=ct.int32), seq_idx.shape[1] - 1)
-    return ct.gather(seq_idx, (bi, tokens), check_bounds=False)
+def documents(seq_idx, bi, tile, T):
+    """Row bi's document ids of tokens tile·T … tile·T + T − 1, (1, T) int32: a tile load of seq_idx (b, l′) int32,
+    l′ a multiple of T (launch.seq_idx_args pads a row to it), so the tile lies inside the row. A load, not a gather:
+    pipelined with the loop's other loads, where a gather stalled every chunk of the walks (docs/kernels.md,
+    boundaries). A device function, inlined into the kernels that take seq_idx."""
+    return ct.load(seq_idx, index=(bi, tile), shape=(1, T), latency=2)
 
 
 @ct.function
-def document_before(seq_idx, bi, first):
-    """Row bi's document id of token first − 1, (1,) int32: the previous chunk's last document for a chunk starting
-    at `first`, and 0 for first = 0 (the initial state belongs to document 0; the gather pads index −1 with 0). A
-    device function, inlined."""
-    return ct.gather(seq_idx, (bi, first - 1 + ct.zeros((1,), dtype=ct.int32)))
+def document_before(seq_idx, bi, tile, T):
+    """Row bi's document id of the token before tile `tile` of T tokens, (1, 1) int32: the previous tile's last
+    token's, and 0 for tile 0 (the initial state belongs to document 0). Loads that previous tile (tile 0 again for
+    tile 0) as `documents` does. A device function, inlined."""
+    previous = documents(seq_idx, bi, ct.maximum(tile - 1, 0), T)
+    return ct.extract(previous, index=(0, T - 1), shape=(1, 1)) * ct.minimum(tile, 1)
 
 
 @ct.function
@@ -152,8 +153,8 @@ def forward_walk(
         xs, bs = xs.reshape((tokens, TILE_P)), bs.reshape((tokens, TILE_N))
         docs, before, middle = None, None, None  # document ids: this iteration's tokens', the ones before its chunks
         if HAS_SEQ_IDX:
-            docs = documents(seq_idx, bi, j * tokens, tokens).reshape((tokens, 1))
-            before = document_before(seq_idx, bi, j * tokens).reshape((1, 1))
+            docs = documents(seq_idx, bi, j, tokens).reshape((tokens, 1))
+            before = document_before(seq_idx, bi, j, tokens)
             middle = ct.extract(docs, index=(Q - 1, 0), shape=(1, 1))  # the first chunk's last (with STEP 2)
         entering = state.reshape((1, TILE_P, TILE_N))  # the states entering this iteration's chunks, in order
         if STEP == 1:
@@ -317,7 +318,8 @@ def fwd_pass_state(
     def spec(cfg: StateConfig) -> tuple[tuple[int, ...], object, tuple]:
         grid = (b * h, -(-p // cfg.TILE_P), -(-n // cfg.TILE_N))
         args = (*arrays, h, h // g, chunk_size, cfg.TILE_P, cfg.TILE_N, initial_states is not None)
-        args += (x.dtype == torch.float32, cfg.latency, walk_step(cfg, nchunks), *seq_idx_args(seq_idx, arrays[2]))
+        step = walk_step(cfg, nchunks)
+        args += (x.dtype == torch.float32, cfg.latency, step, *seq_idx_args(seq_idx, arrays[2], step * chunk_size))
         return grid, with_hints(fwd_pass_state_kernel, cfg.occupancy), args
 
     key = shape_key(x, B, chunk_size, seq_idx)

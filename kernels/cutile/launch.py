@@ -12,6 +12,7 @@ import cuda.tile as ct
 import torch
 
 from kernels.cutile import tuning
+from kernels.reference import pad_seq_idx
 
 # Names the kernel files share: compile-time parameters, zero padding of partial tiles, the TF32 operand type.
 ConstInt = ct.Constant[int]
@@ -36,12 +37,15 @@ def shape_key(x: torch.Tensor, B: torch.Tensor, chunk_size: int, seq_idx: torch.
     return key if seq_idx is None else f"{key}_seq_idx"
 
 
-def seq_idx_args(seq_idx: torch.Tensor | None, stand_in: torch.Tensor) -> tuple[torch.Tensor, bool]:
+def seq_idx_args(seq_idx: torch.Tensor | None, stand_in: torch.Tensor, tokens: int) -> tuple[torch.Tensor, bool]:
     """The SSD kernels' last two arguments, seq_idx and HAS_SEQ_IDX: (seq_idx, True), or without document boundaries
     (stand_in, False), stand_in an array of the launch the kernel then does not read (the (b, h, c·Q) float32 rows of
     dt_out or dA_cumsum, as kernels.cutile.signature.seq_idx_params declares). Last, so that a kernel's other arguments
-    keep their places and its build without seq_idx is the one before seq_idx was added."""
-    return (stand_in, False) if seq_idx is None else (seq_idx, True)
+    keep their places and its build without seq_idx is the one before seq_idx was added. The kernels load seq_idx in
+    tiles of `tokens` (the chunk, or a walk's step): a row whose length is not a multiple of it is padded
+    (kernels.reference.pad_seq_idx, a copy), so that every tile lies inside the array and padding joins the last
+    document."""
+    return (stand_in, False) if seq_idx is None else (pad_seq_idx(seq_idx, tokens), True)
 
 
 def launch(name: str, key: str, default: T, space: Callable[[], Sequence[T]], spec: Spec, device: torch.device) -> T:

@@ -60,8 +60,9 @@ def launch_both(
 
     def spec(cfg: StateConfig) -> tuple[tuple[int, ...], object, tuple]:
         grid = (2 * b * h, -(-p // cfg.TILE_P), -(-n // cfg.TILE_N))
+        step = forward.walk_step(cfg, nchunks)
         args = (*arrays, h, h // g, chunk_size, cfg.TILE_P, cfg.TILE_N, has_init, has_dfinal)
-        args += (x.dtype == torch.float32, cfg.latency, forward.walk_step(cfg, nchunks), *seq_idx_args(seq_idx, dt_out))
+        args += (x.dtype == torch.float32, cfg.latency, step, *seq_idx_args(seq_idx, dt_out, step * chunk_size))
         return grid, with_hints(state_walks_kernel, cfg.occupancy), args
 
     key = shape_key(x, B, chunk_size, seq_idx)

@@ -109,7 +109,8 @@ def test_every_ssd_launch_takes_seq_idx_last(monkeypatch):
     dt, A = torch.rand(b, l, h), -torch.rand(h)
     masked = {"fwd_pass_state", "compute_out", "state_walks", "bwd_dx", "bwd_dbc"}
     shape = f"b{b}_l{l}_h{h}_p{p}_g{g}_n{n}"
-    for seq_idx in (None, torch.zeros(b, l, dtype=torch.int32)):
+    documents = (torch.arange(l, dtype=torch.int32) // 30).expand(b, l).contiguous()  # four, the last one short
+    for seq_idx in (None, documents):
         launched.clear()
         cutile_ssd.ssd_forward(x, dt, A, B, C, 128, None, None, True, None, seq_idx, "cutile")
         cutile_ssd.ssd_backward(dy, None, x, dt, A, B, C, 128, seq_idx=seq_idx)
@@ -121,7 +122,9 @@ def test_every_ssd_launch_takes_seq_idx_last(monkeypatch):
                 assert has_seq_idx is False and ids.dtype == torch.float32, name
                 assert keys[name] == f"{shape}_Q{chunk}_float32", name
             else:
-                assert has_seq_idx is True and ids is seq_idx, name
+                # l 100 is no multiple of a chunk: a copy padded with each row's last id to whole chunks
+                assert has_seq_idx is True and ids.shape == (b, 128) and torch.equal(ids[:, :l], seq_idx), name
+                assert (ids[:, l:] == 3).all(), name
                 assert keys[name] == f"{shape}_Q{chunk}_float32_seq_idx", name
         for name in ("chunk_cumsum", "chunk_cumsum_bwd"):
             assert not any(arg is seq_idx for arg in launched[name]) and not keys[name].endswith("_seq_idx"), name
@@ -132,7 +135,8 @@ def test_every_ssd_launch_takes_seq_idx_last(monkeypatch):
         monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
         cutile_ssd.ssd_backward(dy, None, x, dt, A, B, C, 64, seq_idx=seq_idx, walks=walks)
         for name in ("fwd_pass_state", "bwd_pass_state"):
-            assert launched[name][-2] is seq_idx and launched[name][-1] is True, (walks, name)
+            ids, has_seq_idx = launched[name][-2:]
+            assert has_seq_idx is True and ids.shape == (b, 128) and torch.equal(ids[:, :l], seq_idx), (walks, name)
 
 
 class _Stream:
