@@ -199,8 +199,9 @@ def last_document_dt(dt_out: torch.Tensor, seq_idx: torch.Tensor) -> torch.Tenso
     Returns:
         (b, h, c, Q) float32.
     """
-    tokens, last, _ = reference.chunk_seq_idx(seq_idx, dt_out.shape[-1])  # (b, c, Q), (b, c)
-    return dt_out * (tokens == last[..., None]).unsqueeze(1)
+    b, _, c, Q = dt_out.shape
+    tokens = reference.pad_seq_idx(seq_idx, Q).view(b, 1, c, Q)  # not chunk_seq_idx: its prev would be one more kernel
+    return dt_out * (tokens == tokens[..., -1:])
 
 
 def bwd_dbc(
