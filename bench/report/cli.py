@@ -2,7 +2,7 @@
 
     python -m bench.report                                   # results/*.json -> BENCHMARKS.md, README.md
     python -m bench.report --results DIR --out DIR --kernels NAME --step NAME[,NAME...] [--scaling NAME]
-        [--first_step NAME] [--boundaries NAME[,NAME...]] [--curves NAME]
+        [--first_step NAME] [--boundaries NAME[,NAME...]] [--curves NAME] [--long NAME[,NAME...]]
 
 A benchmark is a series of runs, DIR/NAME.json and DIR/NAME_run<N>.json, each written by one process of
 bench/bench_kernels.py, bench/bench_step.py or bench/bench_scaling.py with the same settings (the scaling series
@@ -14,8 +14,9 @@ cuTile stage against its memory floor (bench/traffic.py).
 Backends, shapes, modes and captions are read from the JSON; plots and reconciliation.json are written beside
 it, BENCHMARKS.md into --out, and README.md's headline block there is refreshed when present.
 Sections rendered only when their JSON is present: the first step (bench/first_step.py's NAME.json, --first_step),
-document boundaries in the step (a bench/bench_step.py series over --documents, --boundaries) and training curves
-(bench/curves.py's NAME.json, --curves; its plot is written beside it as NAME.png).
+document boundaries in the step (a bench/bench_step.py series over --documents, --boundaries), training curves
+(bench/curves.py's NAME.json, --curves; its plot is written beside it as NAME.png) and long context (series of
+bench/curves.py on configs/long.yaml, --long).
 The report states no conclusions: what the figures were taken to mean is in docs/ (beside BENCHMARKS.md), by
 topic.
 
@@ -36,6 +37,7 @@ from bench.report.first_step import FIRST_STEP_DEFAULT, first_step_section
 from bench.report.format import ordered, runs_text
 from bench.report.headline import headline, inject_headline
 from bench.report.kernels import kernel_figures, kernel_section, shape_key, sweep_section
+from bench.report.long_context import LONG_DEFAULT, long_section
 from bench.report.per_kernel import per_kernel_section
 from bench.report.plots import plots, scaling_plot
 from bench.report.scaling import SCALING_DEFAULT, scaling_figures, scaling_key, scaling_section
@@ -83,6 +85,12 @@ def parser() -> argparse.ArgumentParser:
         "when present); several, comma-separated (e.g. one per GPU)",
     )
     ap.add_argument("--curves", default=CURVES_DEFAULT, help="bench/curves.py's JSON NAME.json (rendered when present)")
+    ap.add_argument(
+        "--long",
+        default=LONG_DEFAULT,
+        help="series NAME of bench/curves.py on configs/long.yaml: NAME.json and NAME_run<N>.json (each rendered "
+        "when present); several, comma-separated (e.g. one per sequence length)",
+    )
     return ap
 
 
@@ -116,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     first = args.results / f"{args.first_step}.json"
     bnames = ordered(n.strip() for n in args.boundaries.split(","))
     bruns = [load_series(args.results, n, "bench_step") for n in bnames if series_files(args.results, n)]
+    lnames = ordered(n.strip() for n in args.long.split(","))
+    lruns = [load_series(args.results, n, "curves") for n in lnames if series_files(args.results, n)]
     curves = args.results / f"{args.curves}.json"
     cdata = json.loads(curves.read_text()) if curves.is_file() else None
     cpngs = [curves_plot(cdata, curves.with_suffix(".png"))] if cdata else []  # the section links it
@@ -147,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         *(["", first_step_section(json.loads(first.read_text()), first)] if first.is_file() else []),
         *(part for runs in bruns for part in ("", boundaries_section(runs))),
         *(["", curves_section(cdata, curves, relative(cpngs[0], args.out))] if cdata else []),
+        *(part for runs in lruns for part in ("", long_section(runs))),
     ]
     out.write_text("\n".join(parts) + "\n")
     written = [out, *pngs, *cpngs, args.results / "reconciliation.json"]

@@ -1,0 +1,86 @@
+"""Long context (bench/curves.py on configs/long.yaml): per sequence length, each SSD variant's steady step,
+tokens/s, memory and the loss it ended at, pooled over the processes of the series as median [min–max], and each
+variant's step over the cuTile variant's, taken within each process before pooling."""
+
+from __future__ import annotations
+
+import math
+
+from bench.report.boundaries import environment_text
+from bench.report.curves import STEP_MS, TOKENS_S, curves_command
+from bench.report.format import Stat, cell, num, ordered, ratio, runs_text, table, times
+
+# --long's series (NAME.json, NAME_run<N>.json), each rendered when present
+LONG_DEFAULT = "long_65536_h200,long_16384_h200,long_131072_h200"
+RESERVED, PEAK = "memory/reserved_gib", "memory/peak_gib"  # the step timer's summary keys (steady medians)
+BASE = "cutile"  # the label every "X over BASE" ratio is taken over: triton's step over it, above 1 = cuTile faster
+
+
+def last_loss(rec: dict) -> float | None:
+    """The training loss a run logged last, None without one."""
+    points = rec.get("train_loss") or []
+    return points[-1][1] if points else None
+
+
+def steps_logged(rec: dict) -> int:
+    """The last step at which a run logged its training loss (0 without one)."""
+    points = rec.get("train_loss") or []
+    return int(points[-1][0]) if points else 0
+
+
+def long_rows(runs: list[dict]) -> list[list[str]]:
+    """One row per run label, in order of first appearance: processes, exit codes, step ms, tokens/s, reserved and
+    allocated peak GiB, the label's step over BASE's (within each process), the last logged step and loss of each
+    process ("nan" flags a loss that is not finite)."""
+    labels = ordered(rec["label"] for run in runs for rec in run["records"])
+    rows = []
+    for lab in labels:
+        recs = [(run, rec) for run in runs for rec in run["records"] if rec["label"] == lab]
+        steady = [rec.get("steady") or {} for _, rec in recs]
+
+        def over_base(run: dict, rec: dict) -> float | None:
+            base = next((r for r in run["records"] if r["label"] == BASE), None)
+            if base is None or rec["label"] == BASE:
+                return None
+            return ratio((rec.get("steady") or {}).get(STEP_MS), (base.get("steady") or {}).get(STEP_MS))
+
+        losses = [last_loss(rec) for _, rec in recs]
+        rows.append(
+            [
+                lab,
+                str(len(recs)),
+                " ".join(str(rec["exit_code"]) for _, rec in recs),
+                cell(Stat.of(s.get(STEP_MS) for s in steady)),
+                cell(Stat.of(s.get(TOKENS_S) for s in steady), lambda v: f"{v / 1e3:.0f}k"),
+                cell(Stat.of(s.get(RESERVED) for s in steady)),
+                cell(Stat.of(s.get(PEAK) for s in steady)),
+                cell(Stat.of(over_base(run, rec) for run, rec in recs), times),
+                " ".join(
+                    f"{steps_logged(rec)}: " + ("—" if v is None else num(v) if math.isfinite(v) else "nan")
+                    for (_, rec), v in zip(recs, losses)
+                ),
+            ]
+        )
+    return rows
+
+
+def long_section(runs: list[dict]) -> str:
+    """The section for one series of bench/curves.py runs of configs/long.yaml (same settings in every process)."""
+    settings = runs[0]["settings"]
+    header = ["run", "processes", "exit codes", "steady step (ms)", "tokens/s", "reserved GiB", "allocated peak GiB"]
+    header += [f"step over {BASE}'s", "last logged step: loss, per process"]
+    files = ", ".join(run["file"].name for run in runs)
+    return "\n".join(
+        [
+            f"## Long context ({settings['config']}, {' '.join(settings.get('train_args') or []) or 'as written'})",
+            "",
+            f"`{curves_command(settings, runs[0]['records'])}`, {runs_text(runs)} ({files}); "
+            f"{environment_text(run['environment'] for run in runs)}. *steady step*, *tokens/s*, memory: the step "
+            "timer's medians over the steps after warm-up, then the median [min–max] over processes; *reserved*: "
+            "the most memory the allocator held in a step, CUDA graphs' pools included (what bounds a step under "
+            "graphs); *allocated peak*: the most the process's tensors held in a step; *step over "
+            f"{BASE}'s*: the run's step over the {BASE} run's in the same process, above 1 where {BASE} is faster.",
+            "",
+            table(header, long_rows(runs)),
+        ]
+    )
