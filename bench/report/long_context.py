@@ -11,7 +11,7 @@ from bench.report.curves import STEP_MS, TOKENS_S, curves_command
 from bench.report.format import Stat, cell, num, ordered, ratio, runs_text, table, times
 
 # --long's series (NAME.json, NAME_run<N>.json), each rendered when present
-LONG_DEFAULT = "long_65536_h200,long_16384_h200,long_131072_h200"
+LONG_DEFAULT = "long_65536_h200,long_65536_h100,long_16384_h200,long_131072_h200,long_131072_h100"
 RESERVED, PEAK = "memory/reserved_gib", "memory/peak_gib"  # the step timer's summary keys (steady medians)
 BASE = "cutile"  # the label every "X over BASE" ratio is taken over: triton's step over it, above 1 = cuTile faster
 
