@@ -16,16 +16,22 @@ RESERVED, PEAK = "memory/reserved_gib", "memory/peak_gib"  # the step timer's su
 BASE = "cutile"  # the label every "X over BASE" ratio is taken over: triton's step over it, above 1 = cuTile faster
 
 
-def last_loss(rec: dict) -> float | None:
-    """The training loss a run logged last, None without one."""
+def last_loss_text(rec: dict) -> str:
+    """The training loss a run logged last, with its step: "199: 2.926"; "nan" for a loss that is not finite,
+    "—" without one."""
     points = rec.get("train_loss") or []
-    return points[-1][1] if points else None
+    if not points:
+        return "—"
+    step, loss = points[-1]
+    return f"{int(step)}: " + (num(loss) if math.isfinite(loss) else "nan")
 
 
-def steps_logged(rec: dict) -> int:
-    """The last step at which a run logged its training loss (0 without one)."""
-    points = rec.get("train_loss") or []
-    return int(points[-1][0]) if points else 0
+def over_base(run: dict, rec: dict) -> float | None:
+    """rec's steady step over the BASE run's in the same process `run`; None for BASE itself or without it."""
+    base = next((r for r in run["records"] if r["label"] == BASE), None)
+    if base is None or rec["label"] == BASE:
+        return None
+    return ratio((rec.get("steady") or {}).get(STEP_MS), (base.get("steady") or {}).get(STEP_MS))
 
 
 def long_rows(runs: list[dict]) -> list[list[str]]:
@@ -37,14 +43,6 @@ def long_rows(runs: list[dict]) -> list[list[str]]:
     for lab in labels:
         recs = [(run, rec) for run in runs for rec in run["records"] if rec["label"] == lab]
         steady = [rec.get("steady") or {} for _, rec in recs]
-
-        def over_base(run: dict, rec: dict) -> float | None:
-            base = next((r for r in run["records"] if r["label"] == BASE), None)
-            if base is None or rec["label"] == BASE:
-                return None
-            return ratio((rec.get("steady") or {}).get(STEP_MS), (base.get("steady") or {}).get(STEP_MS))
-
-        losses = [last_loss(rec) for _, rec in recs]
         rows.append(
             [
                 lab,
@@ -55,10 +53,7 @@ def long_rows(runs: list[dict]) -> list[list[str]]:
                 cell(Stat.of(s.get(RESERVED) for s in steady)),
                 cell(Stat.of(s.get(PEAK) for s in steady)),
                 cell(Stat.of(over_base(run, rec) for run, rec in recs), times),
-                " ".join(
-                    f"{steps_logged(rec)}: " + ("—" if v is None else num(v) if math.isfinite(v) else "nan")
-                    for (_, rec), v in zip(recs, losses)
-                ),
+                " ".join(last_loss_text(rec) for _, rec in recs),
             ]
         )
     return rows
