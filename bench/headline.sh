@@ -10,6 +10,8 @@
 #   bench/headline.sh sweep [N]         # the SSD forward alone over the 16 shapes of bench_kernels' sweep
 #   bench/headline.sh boundaries [N]    # the medium step (cuTile conv + norm) with packed documents, profiled
 #                                       # per kernel, into step_<gpu>_boundaries (h200, h100, ...: nvidia-smi's name)
+#   bench/headline.sh tuning [N]        # that step with the shipped cuTile table against a fresh search, processes
+#                                       # alternating, into tuning_<gpu>_{search,shipped,fresh}
 #   bench/headline.sh report            # render what results/ holds (no GPU needed): BENCHMARKS.md's command
 #
 # Backends alternate within each process; cuTile and Triton are both tuned and warmed before timing. Each
@@ -24,7 +26,7 @@
 # README.md are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: bench/headline.sh kernels|step|step_graphs|step_layers|step_l8192|sweep|boundaries|report}
+part=${1:?usage: bench/headline.sh kernels|step|step_graphs|step_layers|step_l8192|sweep|boundaries|tuning|report}
 results=${RESULTS:-results}
 kernels_series=kernels_h200_headline
 step_series=step_h200_compiled
@@ -48,6 +50,13 @@ run3() {  # run3 SERIES COMMAND...: processes 1-3 (or only $only); 1 writes SERI
         "$@" --out "$out"
         echo "headline: $series process $n took $((SECONDS - start)) s" >&2
     done
+}
+
+gpu_model() {  # the GPU's model in lower case (h200, h100, ...) from nvidia-smi's name, for series names
+    local gpu
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | grep -o -i -E '\b[a-z][0-9]{2,4}\b' | head -n 1 || true)
+    [ -n "$gpu" ] || { echo "bench/headline.sh: no GPU model in nvidia-smi's names" >&2 && return 2; }
+    echo "${gpu,,}"
 }
 
 precompile() {  # precompile SHAPES [OPTION...]: compile tuning's candidates at bench_kernels' SHAPES first
@@ -90,11 +99,34 @@ step_l8192)
         --quick --autotune
     ;;
 boundaries)
-    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | grep -o -i -E '\b[a-z][0-9]{2,4}\b' | head -n 1 || true)
-    [ -n "$gpu" ] || { echo "bench/headline.sh: no GPU model in nvidia-smi's names" >&2 && exit 2; }
+    gpu=$(gpu_model)
     precompile step
-    run3 "step_${gpu,,}_boundaries" python -m bench.bench_step --configs medium --seqlens 2048 --modes compile \
+    run3 "step_${gpu}_boundaries" python -m bench.bench_step --configs medium --seqlens 2048 --modes compile \
         --backends triton+conv+norm,cutile_bwd+conv+norm --documents none,stdlib,short --warmup 3 --steps 20 --profile
+    ;;
+tuning)
+    # medium.yaml's step (documents as the stdlib corpus packs them) with the shipped table against a fresh search:
+    # process 1 first searches every shape into a scratch cache with the shipped table ignored (tuning_<gpu>_search);
+    # then each process N runs the shipped table (an empty cache), then the search's choices (that cache, no table)
+    gpu=$(gpu_model)
+    cache=${TUNING_CACHE:-${TMPDIR:-/tmp}/mamba2-cutile-fresh-tuning.json}
+    step=(python -m bench.bench_step --configs medium --seqlens 2048 --modes compile --backends cutile_bwd+conv+norm
+        --documents stdlib --warmup 3 --steps 20)
+    if [ "${only:-1}" = 1 ] && [ "${SEARCH:-1}" = 1 ]; then  # SEARCH=0: keep the cache an earlier search left
+        precompile step --documents stdlib
+        rm -f "$cache"
+        start=$SECONDS
+        "${step[@]}" --autotune --tuning_cache "$cache" --shipped_table none --out "$results/tuning_${gpu}_search.json"
+        echo "headline: tuning_${gpu}_search took $((SECONDS - start)) s" >&2
+    fi
+    [ -f "$cache" ] || { echo "bench/headline.sh: no fresh search at $cache (run process 1 first)" >&2 && exit 2; }
+    rm -f "$cache.empty"
+    for n in ${only:-1 2 3}; do
+        suffix=$([ "$n" = 1 ] || echo "_run$n")
+        "${step[@]}" --no-autotune --tuning_cache "$cache.empty" --out "$results/tuning_${gpu}_shipped$suffix.json"
+        "${step[@]}" --no-autotune --tuning_cache "$cache" --shipped_table none \
+            --out "$results/tuning_${gpu}_fresh$suffix.json"
+    done
     ;;
 sweep)
     precompile sweep --modes fwd --no-triton
@@ -116,7 +148,7 @@ report)
     ;;
 *)
     echo "bench/headline.sh: unknown part '$part'; use kernels, step, step_graphs, step_layers, step_l8192, sweep," \
-        "boundaries or report" >&2
+        "boundaries, tuning or report" >&2
     exit 2
     ;;
 esac

@@ -3,6 +3,7 @@
     python -m bench.report                                   # results/*.json -> BENCHMARKS.md, README.md
     python -m bench.report --results DIR --out DIR --kernels NAME --step NAME[,NAME...] [--scaling NAME]
         [--first_step NAME] [--boundaries NAME[,NAME...]] [--curves NAME] [--long NAME[,NAME...]]
+        [--tuning NAME[,NAME...]]
 
 A benchmark is a series of runs, DIR/NAME.json and DIR/NAME_run<N>.json, each written by one process of
 bench/bench_kernels.py, bench/bench_step.py or bench/bench_scaling.py with the same settings (the scaling series
@@ -15,8 +16,8 @@ Backends, shapes, modes and captions are read from the JSON; plots and reconcili
 it, BENCHMARKS.md into --out, and README.md's headline block there is refreshed when present.
 Sections rendered only when their JSON is present: the first step (bench/first_step.py's NAME.json, --first_step),
 document boundaries in the step (a bench/bench_step.py series over --documents, --boundaries), training curves
-(bench/curves.py's NAME.json, --curves; its plot is written beside it as NAME.png) and long context (series of
-bench/curves.py on configs/long.yaml, --long).
+(bench/curves.py's NAME.json, --curves; its plot is written beside it as NAME.png), long context (series of
+bench/curves.py on configs/long.yaml, --long) and the shipped cuTile table against a fresh search (--tuning).
 The report states no conclusions: what the figures were taken to mean is in docs/ (beside BENCHMARKS.md), by
 topic.
 
@@ -43,6 +44,9 @@ from bench.report.plots import plots, scaling_plot
 from bench.report.scaling import SCALING_DEFAULT, scaling_figures, scaling_key, scaling_section
 from bench.report.series import devices, load_series, pool, series_files
 from bench.report.step import claim_step_rows, step_figures, step_key, step_section
+from bench.report.tuning import TUNING_DEFAULT, tuning_section
+from bench.report.tuning import load as load_tuning
+from bench.report.tuning import present as tuning_present
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,6 +95,12 @@ def parser() -> argparse.ArgumentParser:
         help="series NAME of bench/curves.py on configs/long.yaml: NAME.json and NAME_run<N>.json (each rendered "
         "when present); several, comma-separated (e.g. one per sequence length)",
     )
+    ap.add_argument(
+        "--tuning",
+        default=TUNING_DEFAULT,
+        help="NAME of bench/headline.sh tuning's comparison: series NAME_shipped and NAME_fresh, NAME_search.json "
+        "(rendered when present); several, comma-separated (e.g. one per GPU)",
+    )
     return ap
 
 
@@ -126,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     bruns = [load_series(args.results, n, "bench_step") for n in bnames if series_files(args.results, n)]
     lnames = ordered(n.strip() for n in args.long.split(","))
     lruns = [load_series(args.results, n, "curves") for n in lnames if series_files(args.results, n)]
+    tnames = ordered(n.strip() for n in args.tuning.split(","))
+    truns = [load_tuning(args.results, n) for n in tnames if tuning_present(args.results, n)]
     curves = args.results / f"{args.curves}.json"
     cdata = json.loads(curves.read_text()) if curves.is_file() else None
     cpngs = [curves_plot(cdata, curves.with_suffix(".png"))] if cdata else []  # the section links it
@@ -156,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         *(["", scaling_section(scrun, scpool)] if scrun else []),
         *(["", first_step_section(json.loads(first.read_text()), first)] if first.is_file() else []),
         *(part for runs in bruns for part in ("", boundaries_section(runs))),
+        *(part for cmp in truns for part in ("", tuning_section(cmp))),
         *(["", curves_section(cdata, curves, relative(cpngs[0], args.out))] if cdata else []),
         *(part for runs in lruns for part in ("", long_section(runs))),
     ]

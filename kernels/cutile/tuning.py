@@ -66,16 +66,19 @@ def set_cache_path(path: str | os.PathLike | None) -> None:
 
 
 def set_shipped_path(path: str | os.PathLike | None) -> None:
-    """Read the shipped table from `path` (None: the package's own, SHIPPED); forgets every choice made so far."""
+    """Read the shipped table from `path` (None: the package's own, SHIPPED; an empty file such as os.devnull: no
+    table, every shape from the cache, a search or its default); forgets every choice made so far."""
     _state["shipped_path"] = SHIPPED if path is None else Path(path)
     _state["shipped"] = None
     _state["chosen"] = {}
 
 
 def _read_table(path: Path, what: str) -> dict[str, dict]:
-    """The JSON table at `path`: empty when there is none, or (with a warning naming `what`) when it is unreadable."""
+    """The JSON table at `path`: empty when there is none or the file is empty, or (with a warning naming `what`)
+    when it is unreadable."""
     try:
-        return json.loads(path.read_text()) if path.exists() else {}
+        text = path.read_text() if path.exists() else ""
+        return json.loads(text) if text.strip() else {}
     except (OSError, json.JSONDecodeError) as e:
         log.warning("ignoring unreadable %s %s: %s", what, path, e)
         return {}
