@@ -156,3 +156,13 @@ def pooled(values: list[float], fmt: str = "{:.3f}") -> str:
 
 def write(path: Path, payload: dict) -> None:
     path.write_text(json.dumps(payload))
+
+
+def report_beside_minimal_series(results: Path, *extra: str) -> tuple[str, str]:
+    """`python -m bench.report` in `results` over a minimal kernels and step series (kernels_t, step_t, written
+    here) and the options EXTRA: BENCHMARKS.md's text and the report's stdout; the test fails if the report does."""
+    write(results / "kernels_t.json", kernel_run(WALLS))
+    write(results / "step_t.json", step_run())
+    done = run_report(results, results, "--kernels", "kernels_t", "--step", "step_t", *extra)
+    assert done.returncode == 0, done.stderr
+    return (results / "BENCHMARKS.md").read_text(), done.stdout

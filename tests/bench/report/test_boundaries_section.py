@@ -16,7 +16,7 @@ from bench.report.boundaries import (
     triton_twin,
 )
 from bench.report.series import load_series
-from tests.bench.report.synthetic import WALLS, kernel_run, run_report, step_run, write
+from tests.bench.report.synthetic import report_beside_minimal_series, write
 
 ENV = {
     "gpu": "NVIDIA H200",
@@ -92,16 +92,10 @@ def test_only_cutile_variants_are_taken_over_triton_with_the_same_layers(tmp_pat
 
 
 def test_report_renders_the_section_when_the_series_is_present(tmp_path):
-    write(tmp_path / "kernels_t.json", kernel_run(WALLS))
-    write(tmp_path / "step_t.json", step_run())
-    base = ("--kernels", "kernels_t", "--step", "step_t", "--boundaries", "b")
-    done = run_report(tmp_path, tmp_path, *base)
-    assert done.returncode == 0, done.stderr
-    assert "## Document boundaries" not in (tmp_path / "BENCHMARKS.md").read_text()
+    text, _ = report_beside_minimal_series(tmp_path, "--boundaries", "b")
+    assert "## Document boundaries" not in text
     write(tmp_path / "b_run2.json", run(1.0))
-    done = run_report(tmp_path, tmp_path, *base)
-    assert done.returncode == 0, done.stderr
-    text = (tmp_path / "BENCHMARKS.md").read_text()
+    text, _ = report_beside_minimal_series(tmp_path, "--boundaries", "b")
     assert "## Document boundaries in the training step (bench/bench_step.py, b_run2.json)" in text
     assert f"| short | {CUTILE} | 88.00 | 1,000,000 | +10.0% | 1.25x |" in text
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from PIL import Image
 
 from bench.report.curves import curves_plot, curves_section, tail_mean
-from tests.bench.report.synthetic import WALLS, kernel_run, run_report, step_run, write
+from tests.bench.report.synthetic import report_beside_minimal_series, write
 from tests.bench.report.test_boundaries_section import ENV
 
 
@@ -66,15 +66,9 @@ def test_plot_is_a_small_png(tmp_path):
 
 
 def test_report_renders_the_section_and_its_plot_when_the_json_is_present(tmp_path):
-    write(tmp_path / "kernels_t.json", kernel_run(WALLS))
-    write(tmp_path / "step_t.json", step_run())
-    base = ("--kernels", "kernels_t", "--step", "step_t")
-    done = run_report(tmp_path, tmp_path, *base, "--curves", "c")
-    assert done.returncode == 0, done.stderr
-    assert "## Training curves" not in (tmp_path / "BENCHMARKS.md").read_text() and not (tmp_path / "c.png").exists()
+    text, _ = report_beside_minimal_series(tmp_path, "--curves", "c")
+    assert "## Training curves" not in text and not (tmp_path / "c.png").exists()
     write(tmp_path / "c.json", data())
-    done = run_report(tmp_path, tmp_path, *base, "--curves", "c")
-    assert done.returncode == 0, done.stderr
-    text = (tmp_path / "BENCHMARKS.md").read_text()
+    text, stdout = report_beside_minimal_series(tmp_path, "--curves", "c")
     assert "## Training curves (bench/curves.py, c.json)" in text and text.endswith("![c](c.png)\n")
-    assert (tmp_path / "c.png").is_file() and "c.png" in done.stdout
+    assert (tmp_path / "c.png").is_file() and "c.png" in stdout

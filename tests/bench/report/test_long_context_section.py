@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.report.long_context import long_rows, long_section
-from tests.bench.report.synthetic import WALLS, kernel_run, run_report, step_run, write
+from tests.bench.report.synthetic import report_beside_minimal_series, write
 from tests.bench.report.test_boundaries_section import ENV
 
 SETTINGS = {"config": "configs/long.yaml", "steps": 200, "train_args": ["--data.seq_len=16384"]}
@@ -54,15 +54,9 @@ def test_section_names_the_command_processes_and_environment():
 
 
 def test_report_renders_each_series_present(tmp_path):
-    write(tmp_path / "kernels_t.json", kernel_run(WALLS))
-    write(tmp_path / "step_t.json", step_run())
-    base = ("--kernels", "kernels_t", "--step", "step_t", "--long", "l,m")
-    done = run_report(tmp_path, tmp_path, *base)
-    assert done.returncode == 0, done.stderr
-    assert "## Long context" not in (tmp_path / "BENCHMARKS.md").read_text()
+    text, _ = report_beside_minimal_series(tmp_path, "--long", "l,m")
+    assert "## Long context" not in text
     for i, run in enumerate(runs(), 1):
         write(tmp_path / ("l.json" if i == 1 else f"l_run{i}.json"), {k: v for k, v in run.items() if k != "file"})
-    done = run_report(tmp_path, tmp_path, *base)
-    assert done.returncode == 0, done.stderr
-    text = (tmp_path / "BENCHMARKS.md").read_text()
+    text, _ = report_beside_minimal_series(tmp_path, "--long", "l,m")
     assert text.count("## Long context") == 1 and "3 runs (l.json, l_run2.json, l_run3.json)" in text

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.report.tuning import differing_choices, load, pair_ratios, tuning_rows, tuning_section
-from tests.bench.report.synthetic import WALLS, kernel_run, run_report, step_run, write
+from tests.bench.report.synthetic import report_beside_minimal_series, write
 from tests.bench.report.test_boundaries_section import ENV
 
 SETTINGS = {"configs": "medium", "backends": "cutile_bwd+conv+norm", "documents": "stdlib"}
@@ -74,13 +74,8 @@ def test_a_run_with_more_than_one_measured_record_is_refused(tmp_path):
 
 
 def test_report_renders_the_comparison_only_when_present(tmp_path):
-    write(tmp_path / "kernels_t.json", kernel_run(WALLS))
-    write(tmp_path / "step_t.json", step_run())
-    base = ("--kernels", "kernels_t", "--step", "step_t", "--tuning", "tuning_t")
-    done = run_report(tmp_path, tmp_path, *base)
-    assert done.returncode == 0, done.stderr
-    assert "## The shipped cuTile table" not in (tmp_path / "BENCHMARKS.md").read_text()
+    text, _ = report_beside_minimal_series(tmp_path, "--tuning", "tuning_t")
+    assert "## The shipped cuTile table" not in text
     write_comparison(tmp_path)
-    done = run_report(tmp_path, tmp_path, *base)
-    assert done.returncode == 0, done.stderr
-    assert (tmp_path / "BENCHMARKS.md").read_text().count("## The shipped cuTile table against a fresh search") == 1
+    text, _ = report_beside_minimal_series(tmp_path, "--tuning", "tuning_t")
+    assert text.count("## The shipped cuTile table against a fresh search") == 1
