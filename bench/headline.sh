@@ -113,7 +113,7 @@ tuning)
     step=(python -m bench.bench_step --configs medium --seqlens 2048 --modes compile --backends cutile_bwd+conv+norm
         --documents stdlib --warmup 3 --steps 20)
     if [ "${only:-1}" = 1 ] && [ "${SEARCH:-1}" = 1 ]; then  # SEARCH=0: keep the cache an earlier search left
-        precompile step --documents stdlib
+        precompile step --documents stdlib --layers --no-triton  # the block's kernels: SSD, conv, norm
         rm -f "$cache"
         start=$SECONDS
         "${step[@]}" --autotune --tuning_cache "$cache" --shipped_table none --out "$results/tuning_${gpu}_search.json"

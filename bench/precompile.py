@@ -12,6 +12,7 @@ still tunes, from compiled kernels.
     python -m bench.precompile --shapes sweep --modes fwd --no-triton
     python -m bench.precompile --shapes seed --modes fwd_bwd --walks aside   # the backward's other walks
     python -m bench.precompile --shapes step --documents short    # the builds with document boundaries (seq_idx)
+    python -m bench.precompile --shapes step --documents stdlib --layers --no-triton   # a training step's layer
 """
 
 from __future__ import annotations
@@ -64,15 +65,39 @@ def cutile_call(shape: Shape, mode: str, walks: str) -> Callable[[], object]:
     return call
 
 
-def cutile_worker(shapes: list[Shape], modes: list[str], worker: int, jobs: int, walks: str) -> None:
+def block_call(shape: Shape) -> Callable[[], object]:
+    """The launches of one Mamba-2 block (model.mamba2.Mamba2Block, expand 2) whose SSD is `shape`, with the cuTile
+    conv + SiLU, gated RMSNorm, SSD and SSD backward, forward and backward under bf16 autocast as training runs
+    it: the kernels of a training step's layer, at its shapes."""
+    from model.mamba2 import Mamba2Block, Mamba2Config
+
+    cutile = {f"{part}_backend": "cutile" for part in ("ssd", "conv", "norm")} | {"ssd_backward": "cutile"}
+    d_inner = shape.nheads * shape.headdim
+    cfg = Mamba2Config(d_model=d_inner // 2, d_state=shape.dstate, headdim=shape.headdim, expand=2,
+                       ngroups=shape.ngroups, chunk_size=shape.chunk_size, **cutile)  # fmt: skip
+    block = Mamba2Block(cfg, layer_idx=0).cuda()
+    u = torch.randn(shape.batch, shape.seqlen, cfg.d_model, device="cuda", requires_grad=True)
+    seq_idx = make_inputs(shape, "cuda", requires_grad=False)["seq_idx"]
+
+    def call() -> None:
+        with torch.autocast("cuda", torch.bfloat16):
+            y = block(u, seq_idx)
+        y.float().square().mean().backward()
+
+    return call
+
+
+def cutile_worker(
+    shapes: list[Shape], modes: list[str], worker: int, jobs: int, walks: str, layers: bool = False
+) -> None:
     """Launch the worker-th, (worker + jobs)-th, ... candidate of every stage's tune space at each shape (the
     first pass learns the largest space; a stage whose space is shorter runs its default), the backward's walks
-    run as `walks`. A launch that fails is reported and skipped, with the stages after it in that call (tuning
-    compiles those itself)."""
+    run as `walks`; with `layers`, through a whole block (block_call) instead of the SSD alone in `modes`. A launch
+    that fails is reported and skipped, with the stages after it in that call (tuning compiles those itself)."""
     from kernels.cutile import tuning
 
     for shape in shapes:
-        calls = [cutile_call(shape, mode, walks) for mode in modes]
+        calls = [block_call(shape)] if layers else [cutile_call(shape, mode, walks) for mode in modes]
         k = worker
         while True:
             with tuning.precompiling(k) as sizes:
@@ -134,7 +159,7 @@ def spawn(args: argparse.Namespace, triton: bool) -> int:
     workers = [str(i) for i in range(args.jobs)] + (["triton"] if triton else [])
     visible = os.environ.get("CUDA_VISIBLE_DEVICES") or ",".join(map(str, range(torch.cuda.device_count())))
     common = ["--shapes", args.shapes, "--modes", args.modes, "--jobs", str(args.jobs), "--walks", args.walks]
-    common += ["--documents", args.documents]
+    common += ["--documents", args.documents] + ["--layers"] * args.layers
     start = time.perf_counter()
     commands = {w: [sys.executable, "-m", "bench.precompile", *common, "--worker", w] for w in workers}
     failed = run_workers(commands, visible.split(","), args.timeout)
@@ -161,6 +186,12 @@ def main(argv: list[str] | None = None) -> int:
         default="none",
         choices=DOCUMENTS,
         help="packed documents (seq_idx) of every shape, as bench_kernels",
+    )
+    ap.add_argument(
+        "--layers",
+        action="store_true",
+        help="launch a whole Mamba-2 block per shape (its cuTile conv, norm, SSD and their backward, as a training "
+        "step does) instead of the SSD alone; --modes and --walks then do not apply",
     )
     ap.add_argument("--worker", help=argparse.SUPPRESS)  # set by the parent: an index, or "triton"
     args = ap.parse_args(argv)
@@ -192,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker == "triton":
         triton_worker(shapes, modes)
     else:
-        cutile_worker(shapes, modes, int(args.worker), args.jobs, args.walks)
+        cutile_worker(shapes, modes, int(args.worker), args.jobs, args.walks, args.layers)
     return 0
 
 

@@ -44,6 +44,25 @@ def test_workers_share_out_every_candidate_of_every_space(monkeypatch):
     assert walks == {"one stream"}  # the backward's walks run as --walks says
 
 
+def test_layers_launch_the_block_once_per_candidate_instead_of_the_ssd(monkeypatch):
+    from bench import precompile
+    from kernels.cutile import tuning
+
+    launched: list[str] = []
+
+    def fake_block(shape):
+        def call():
+            launched.append(tuning.choose("conv_fwd", "key", "default", lambda: ["c0", "c1", "c2"], "cuda:0", None))
+
+        return call
+
+    monkeypatch.setattr(precompile, "block_call", fake_block)
+    monkeypatch.setattr(precompile, "cutile_call", lambda *a: (_ for _ in ()).throw(AssertionError("the SSD alone")))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    precompile.cutile_worker(precompile.shapes_of("step", "stdlib"), ["fwd"], 1, 2, "one stream", layers=True)
+    assert launched == ["c1"]  # worker 1 of 2: the second candidate, once (modes do not multiply the block)
+
+
 def test_bad_arguments_get_one_line(tmp_path):
     for args, message in (
         (
