@@ -123,9 +123,11 @@ tuning)
     rm -f "$cache.empty"
     for n in ${only:-1 2 3}; do
         suffix=$([ "$n" = 1 ] || echo "_run$n")
+        start=$SECONDS
         "${step[@]}" --no-autotune --tuning_cache "$cache.empty" --out "$results/tuning_${gpu}_shipped$suffix.json"
         "${step[@]}" --no-autotune --tuning_cache "$cache" --shipped_table none \
             --out "$results/tuning_${gpu}_fresh$suffix.json"
+        echo "headline: tuning_${gpu} pair $n took $((SECONDS - start)) s" >&2
     done
     ;;
 sweep)
