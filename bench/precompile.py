@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from bench.bench_kernels import MODES, SHAPE_SETS, Shape, make_call, make_inputs
-from bench.documents import DOCUMENTS
+from bench.documents import DOCUMENTS, packed_seq_idx
 from bench.results import available_backends
 from kernels.cutile.state_walks import DEFAULT_WALKS, WALK_MODES
 
@@ -77,7 +77,7 @@ def block_call(shape: Shape) -> Callable[[], object]:
                        ngroups=shape.ngroups, chunk_size=shape.chunk_size, **cutile)  # fmt: skip
     block = Mamba2Block(cfg, layer_idx=0).cuda()
     u = torch.randn(shape.batch, shape.seqlen, cfg.d_model, device="cuda", requires_grad=True)
-    seq_idx = make_inputs(shape, "cuda", requires_grad=False)["seq_idx"]
+    seq_idx = packed_seq_idx(shape.documents, shape.batch, shape.seqlen, "cuda")
 
     def call() -> None:
         with torch.autocast("cuda", torch.bfloat16):
