@@ -73,15 +73,25 @@ def busy_us(spans: list[tuple[float, float]]) -> float:
     return total
 
 
+def idle_us(spans: list[tuple[float, float]]) -> float:
+    """Between the first interval's start and the last one's end, the time during which none of them runs."""
+    if not spans:
+        return 0.0
+    return max(end for _, end in spans) - min(start for start, _ in spans) - busy_us(spans)
+
+
 def gpu_kernel_ms(fn: Callable[[], Any], calls: int) -> dict[str, Any]:
     """GPU time per call from torch.profiler: {"ms" (the GPU busy with the call's kernels, overlaps counted once),
-    "kernel_sum_ms" (their durations summed), "kernels" (launches per call), "by_kernel", "launches"}.
+    "idle_ms" (from the first kernel's start to the last one's end, the time no kernel ran: gaps between kernels and
+    between calls), "kernel_sum_ms" (their durations summed), "kernels" (launches per call), "by_kernel",
+    "launches"}.
 
     by_kernel maps each kernel name to its milliseconds per call, largest first; launches maps it to its
     launches per call. Off GPU: ms is nan.
     """
     if not torch.cuda.is_available():
-        return {"ms": float("nan"), "kernel_sum_ms": float("nan"), "kernels": 0, "by_kernel": {}, "launches": {}}
+        nan = float("nan")
+        return {"ms": nan, "idle_ms": nan, "kernel_sum_ms": nan, "kernels": 0, "by_kernel": {}, "launches": {}}
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
@@ -101,6 +111,7 @@ def gpu_kernel_ms(fn: Callable[[], Any], calls: int) -> dict[str, Any]:
     per_call = {name: launches[name] / max(calls, 1) for name in ranked}
     return {
         "ms": busy_us(spans) / 1e3 / calls,
+        "idle_ms": idle_us(spans) / 1e3 / calls,
         "kernel_sum_ms": sum(ranked.values()),
         "kernels": round(sum(per_call.values())),
         "by_kernel": ranked,

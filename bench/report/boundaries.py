@@ -19,6 +19,7 @@ ENV_KEYS |= {"mamba_ssm": "mamba_ssm", "lightning": "lightning"}
 
 TOP_KERNELS = 8  # the per-kernel table's rows: the kernels whose time boundaries change most, then all kernels
 ALL_KERNELS = "all kernels"
+IDLE = "idle between kernels"  # the profile's idle_ms: no kernel running (records of bench_step that measure it)
 Shape = tuple[str, int, int, str]  # (model size, L, batch, mode)
 Row = tuple[str, str]  # (documents, variant)
 
@@ -101,10 +102,14 @@ def boundaries_pool(runs: list[dict]) -> dict[Shape, dict[Row, dict[str, Stat | 
 
 
 def kernel_ms(rec: dict) -> dict[str, float] | None:
-    """A record's profiled GPU ms per step by kernel (bench_step.step_profile's names), ALL_KERNELS their sum; None
-    for a record without a profile (bench_step without --profile)."""
-    by_name = (rec.get("profile") or {}).get("kernels_ms")
-    return {**by_name, ALL_KERNELS: sum(by_name.values())} if by_name else None
+    """A record's profiled GPU ms per step by kernel (bench_step.step_profile's names), ALL_KERNELS their sum and,
+    where the profile measured it, IDLE; None for a record without a profile (bench_step without --profile)."""
+    profile = rec.get("profile") or {}
+    by_name = profile.get("kernels_ms")
+    if not by_name:
+        return None
+    idle = {IDLE: profile["idle_ms"]} if profile.get("idle_ms") is not None else {}
+    return {**by_name, ALL_KERNELS: sum(by_name.values()), **idle}
 
 
 def kernel_pool(runs: list[dict]) -> dict[Shape, dict[Row, dict[str, tuple[Stat | None, Stat | None]]]]:
@@ -141,20 +146,24 @@ def kernel_pool(runs: list[dict]) -> dict[Shape, dict[Row, dict[str, tuple[Stat 
 
 def kernel_rows(by: dict[Row, dict[str, tuple[Stat | None, Stat | None]]]) -> tuple[list[str], list[list[str]]]:
     """The per-kernel table of one shape (header, rows): a column per row of `by`, the TOP_KERNELS kernels whose
-    median change is largest, then ALL_KERNELS; a cell is the median ms, with its median change in parentheses."""
+    median change is largest, then ALL_KERNELS and, where measured, IDLE; a cell is the median ms, with its median
+    change in parentheses."""
     changes: Counter[str] = Counter()
     for figs in by.values():
         for k, (_, change) in figs.items():
-            if change is not None and k != ALL_KERNELS:
+            if change is not None and k not in (ALL_KERNELS, IDLE):
                 changes[k] = max(changes[k], abs(change.median))
     shown = [k for k, _ in changes.most_common(TOP_KERNELS)] + [ALL_KERNELS]
+    shown += [IDLE] if any(IDLE in figs for figs in by.values()) else []
 
     def text(figs: dict[str, tuple[Stat | None, Stat | None]], k: str) -> str:
         ms, change = figs.get(k, (None, None))
         return "" if ms is None else f"{ms.median:.2f}" + (f" ({change.median:+.2f})" if change else "")
 
     header = ["kernel", *(f"{variant} {docs}" for docs, variant in by)]
-    return header, [[f"`{k}`" if k != ALL_KERNELS else k, *(text(figs, k) for figs in by.values())] for k in shown]
+    return header, [
+        [k if k in (ALL_KERNELS, IDLE) else f"`{k}`", *(text(figs, k) for figs in by.values())] for k in shown
+    ]
 
 
 def command(run: dict) -> str:

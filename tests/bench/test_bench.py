@@ -331,11 +331,13 @@ def test_bench_step_measures_documents_kinds_side_by_side(tmp_path, monkeypatch,
 
 def test_gpu_time_counts_overlapping_kernels_once():
     """GPU time is the union of the kernels' intervals: kernels on two streams at once count once, gaps not at all."""
-    from bench.timing import busy_us
+    from bench.timing import busy_us, idle_us
 
     assert busy_us([]) == 0
     assert busy_us([(0, 4), (10, 13)]) == 7  # one stream: the durations' sum
     assert busy_us([(10, 20), (0, 12), (15, 18), (30, 31), (30.5, 32)]) == 22  # overlaps, nesting, any order
+    assert idle_us([]) == 0 and idle_us([(0, 4), (10, 13)]) == 6  # the gap between two kernels
+    assert idle_us([(10, 20), (0, 12), (15, 18), (30, 31), (30.5, 32)]) == 10  # 20 -> 30 only: overlaps are busy
 
 
 def test_step_profile_names_kernels_as_the_report_shows_them():
@@ -351,7 +353,7 @@ def test_step_profile_names_kernels_as_the_report_shows_them():
         "norm_bwd_kernel_Kt2_A2bf16_I1536_B1": 1.0,
     }
     by_kernel |= {"triton_poi_fused_1": small, "triton_poi_fused_2": small}
-    prof = step_profile({"ms": 7.0, "kernels": 72, "by_kernel": by_kernel, "launches": {}})
-    assert prof["gpu_ms"] == 7.0 and prof["kernels"] == 72
+    prof = step_profile({"ms": 7.0, "idle_ms": 0.5, "kernels": 72, "by_kernel": by_kernel, "launches": {}})
+    assert prof["gpu_ms"] == 7.0 and prof["idle_ms"] == 0.5 and prof["kernels"] == 72
     shown = [("conv_fwd", 3.5), ("_chunk_scan_fwd_kernel", 3.0), ("norm_bwd", 1.0), (OTHER_KERNELS, 2 * small)]
     assert list(prof["kernels_ms"].items()) == shown

@@ -8,6 +8,7 @@ import statistics
 from bench.report import boundaries
 from bench.report.boundaries import (
     ALL_KERNELS,
+    IDLE,
     boundaries_pool,
     boundaries_section,
     is_cutile,
@@ -102,14 +103,14 @@ def test_report_renders_the_section_when_the_series_is_present(tmp_path):
 
 def profiled(scale: float) -> dict:
     """run(scale) with a profile on cuTile's none and stdlib rows: a conv, a GEMM, and in the stdlib row a kernel the
-    none row lacks."""
+    none row lacks; the GPU idles 1 ms a step in the none row, 1.5 in the stdlib row."""
     out = run(scale)
     for rec in out["records"]:
         if (rec["variant"], rec["documents"]) == (CUTILE, "none"):
-            rec["profile"] = {"kernels_ms": {"conv_fwd": 2.0 * scale, "nvjet_gemm": 10.0}}
+            rec["profile"] = {"kernels_ms": {"conv_fwd": 2.0 * scale, "nvjet_gemm": 10.0}, "idle_ms": 1.0}
         if (rec["variant"], rec["documents"]) == (CUTILE, "stdlib"):
             kernels = {"conv_fwd": 0.5 + 2.0 * scale, "nvjet_gemm": 10.0, "elementwise_kernel": 0.25}
-            rec["profile"] = {"kernels_ms": kernels}
+            rec["profile"] = {"kernels_ms": kernels, "idle_ms": 1.5}
     return out
 
 
@@ -130,6 +131,7 @@ def test_kernel_table_shows_each_kernels_change_with_boundaries_within_each_run(
         ["`elementwise_kernel`", "", "0.25 (+0.25)"],
         ["`nvjet_gemm`", "10.00", "10.00 (+0.00)"],
         [ALL_KERNELS, "14.00", "14.75 (+0.75)"],
+        [IDLE, "1.00", "1.50 (+0.50)"],  # not a kernel: summed into none, never among the top
     ]
     text = boundaries_section(runs)
     assert "Where the time goes" in text and f"| {ALL_KERNELS} | 14.00 | 14.75 (+0.75) |" in text
@@ -141,4 +143,4 @@ def test_kernel_table_keeps_the_kernels_that_change_most(monkeypatch, tmp_path):
     write(tmp_path / "k.json", profiled(1.0))
     (by,) = kernel_pool(load_series(tmp_path, "k", "bench_step")).values()
     monkeypatch.setattr(boundaries, "TOP_KERNELS", 1)
-    assert [row[0] for row in kernel_rows(by)[1]] == ["`conv_fwd`", ALL_KERNELS]
+    assert [row[0] for row in kernel_rows(by)[1]] == ["`conv_fwd`", ALL_KERNELS, IDLE]
