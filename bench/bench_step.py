@@ -24,8 +24,8 @@ peak alone in a process; not under CUDA graphs), MFU with the FLOP count it uses
 so measuring does not synchronize the steps it measures; the same loop without any marks, run before and
 after it, gives the timer's own cost (timer_cost: the marked loop over the mean of the two, so that a first
 loop's or a drifting GPU's cost does not land on the timer; timer_loops_ms holds the three). --profile adds
-each variant's GPU time (busy, and idle between its kernels) and kernel launches per step, and each kernel's time per step by the name BENCHMARKS.md
-shows (step_profile: those under 0.25 ms summed).
+each variant's GPU time (busy, and idle between its kernels) and kernel launches per step, and each kernel's
+time per step by the name BENCHMARKS.md shows (step_profile: those under 0.25 ms summed).
 --documents lists packed-document kinds (bench.documents: seq_idx); every variant runs once per kind, all rows
 alternating in one loop, so the cost of document boundaries is measured side by side (row variant@kind).
 

@@ -71,10 +71,18 @@ def block_call(shape: Shape) -> Callable[[], object]:
     it: the kernels of a training step's layer, at its shapes."""
     from model.mamba2 import Mamba2Block, Mamba2Config
 
-    cutile = {f"{part}_backend": "cutile" for part in ("ssd", "conv", "norm")} | {"ssd_backward": "cutile"}
-    d_inner = shape.nheads * shape.headdim
-    cfg = Mamba2Config(d_model=d_inner // 2, d_state=shape.dstate, headdim=shape.headdim, expand=2,
-                       ngroups=shape.ngroups, chunk_size=shape.chunk_size, **cutile)  # fmt: skip
+    cfg = Mamba2Config(
+        d_model=shape.nheads * shape.headdim // 2,
+        d_state=shape.dstate,
+        headdim=shape.headdim,
+        expand=2,
+        ngroups=shape.ngroups,
+        chunk_size=shape.chunk_size,
+        ssd_backend="cutile",
+        ssd_backward="cutile",
+        conv_backend="cutile",
+        norm_backend="cutile",
+    )
     block = Mamba2Block(cfg, layer_idx=0).cuda()
     u = torch.randn(shape.batch, shape.seqlen, cfg.d_model, device="cuda", requires_grad=True)
     seq_idx = packed_seq_idx(shape.documents, shape.batch, shape.seqlen, "cuda")

@@ -25,7 +25,6 @@ def load(results: Path, name: str) -> dict:
     """The comparison NAME: its two series of bench_step runs and the search's run (None where absent)."""
     search = results / f"{name}{SEARCH}.json"
     return {
-        "name": name,
         "shipped": load_series(results, name + SHIPPED, "bench_step"),
         "fresh": load_series(results, name + FRESH, "bench_step"),
         "search": {**json.loads(search.read_text()), "file": search} if search.is_file() else None,
