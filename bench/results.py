@@ -14,11 +14,28 @@ import kernels
 STEP_LAYERS = {"conv": "conv_backend", "norm": "norm_backend"}
 
 
+# Significant digits a float keeps in a results file: timings carry at most four (a microsecond of a millisecond
+# kernel), so seven lose nothing a report shows (a token a second at most) and keep committed series small.
+SIGNIFICANT_DIGITS = 7
+
+
+def rounded(value: Any) -> Any:
+    """`value` with every float (in nested dicts and lists) rounded to SIGNIFICANT_DIGITS significant digits."""
+    if isinstance(value, float):
+        return float(f"{value:.{SIGNIFICANT_DIGITS}g}")
+    if isinstance(value, dict):
+        return {key: rounded(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [rounded(item) for item in value]
+    return value
+
+
 def write_json(path: str | Path, payload: dict[str, Any]) -> Path:
-    """Write `payload` as compact JSON (one line) to `path` (parents created); values JSON lacks become strings."""
+    """Write `payload` as compact JSON (one line) to `path` (parents created), floats `rounded`; values JSON lacks
+    become strings."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, separators=(",", ":"), default=str) + "\n")
+    path.write_text(json.dumps(rounded(payload), separators=(",", ":"), default=str) + "\n")
     return path
 
 

@@ -357,3 +357,12 @@ def test_step_profile_names_kernels_as_the_report_shows_them():
     assert prof["gpu_ms"] == 7.0 and prof["idle_ms"] == 0.5 and prof["kernels"] == 72
     shown = [("conv_fwd", 3.5), ("_chunk_scan_fwd_kernel", 3.0), ("norm_bwd", 1.0), (OTHER_KERNELS, 2 * small)]
     assert list(prof["kernels_ms"].items()) == shown
+
+
+def test_write_json_rounds_floats_to_seven_significant_digits(tmp_path):
+    from bench.results import write_json
+
+    payload = {"step_ms": 57.899301, "runs": [{"gpu_ms": 0.00012345678}, (1.0, 2)], "n": 20, "name": "x"}
+    loaded = json.loads(write_json(tmp_path / "a" / "r.json", payload).read_text())
+    assert loaded == {"step_ms": 57.8993, "runs": [{"gpu_ms": 0.0001234568}, [1.0, 2]], "n": 20, "name": "x"}
+    assert isinstance(loaded["n"], int)
