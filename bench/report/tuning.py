@@ -12,7 +12,7 @@ from bench.report.boundaries import environment_text
 from bench.report.format import Stat, cell, ratio, runs_text, table, times
 from bench.report.series import load_series, series_files
 
-TUNING_DEFAULT = "tuning_h200"  # --tuning's NAME: NAME_shipped, NAME_fresh (series) and NAME_search.json
+TUNING_DEFAULT = "tuning_h200,tuning_h100"  # --tuning's NAME: NAME_shipped, NAME_fresh (series) and NAME_search.json
 SHIPPED, FRESH, SEARCH = "_shipped", "_fresh", "_search"
 
 

@@ -6,7 +6,7 @@ ssd.py               the differentiable op: forward chunk_cumsum -> fwd_pass_sta
                      stage returns), its tune space and untuned default, its AOT specializations
 causal_conv.py, rms_norm.py   the block's causal conv + SiLU and gated RMSNorm, forward and backward
 launch.py            launching with a tuned configuration on the inputs' device and current stream
-tuning.py, tuned.json    per-shape configurations: the local cache, the table shipped for the H200, the search
+tuning.py, tuned.json    per-shape configurations: the local cache, the table shipped (H200, H100), the search
 signature.py         the helpers the AOT specializations are written with
 toolchain.py         whether the cuTile compiler can run here, and why not
 """
