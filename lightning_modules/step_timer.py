@@ -4,6 +4,9 @@
     time/forward_ms     batch start -> on_before_backward (zero_grad, training_step)
     time/backward_ms    on_before_backward -> on_after_backward (under DDP: with the overlapped all-reduce)
     time/optimizer_ms   on_after_backward -> batch end (clipping, optimizer step)
+    time/between_steps_ms   the previous step's end -> this step's start: what the GPU waits for the host between
+                        steps (data, logging, the progress bar, validation where it runs); near 0 while the host
+                        is ahead. Not part of step_ms (nor of tokens/s); absent from the first step
     time/ssd_forward_ms, time/ssd_backward_ms   time inside kernels.ssd (eager only: see kernels.timing)
     time/timer_host_ms  host time this callback spent in its hooks during the step (its own cost)
     throughput/tokens_per_s                     all ranks' tokens over the step time
@@ -82,6 +85,7 @@ class StepTimer(Callback):
         self._ungathered: list[tuple[int, dict[str, float]]] = []
         self._marks: StepMarks | None = None
         self._first: Mark | None = None
+        self._previous_end: Mark | None = None
         self._count = 0
         self._host_s = 0.0
         env = environment()
@@ -120,6 +124,7 @@ class StepTimer(Callback):
         t = time.perf_counter()
         marks, self._marks = self._marks, None
         marks.end()
+        previous_end, self._previous_end = self._previous_end, marks.marks["end"]
         if not marks.complete:
             return  # a skipped step (no loss returned)
         info = {
@@ -128,6 +133,7 @@ class StepTimer(Callback):
             "tokens": self._tokens,
             "host_s": self._host_s,
             "marks": marks,
+            "previous_end": previous_end,
         }
         self._count += 1
         ready = self._queue.push(info, marks)
@@ -147,6 +153,8 @@ class StepTimer(Callback):
         for info, split in ready:
             record = {f"time/{k}": v for k, v in split.items() if not k.endswith("_gib")}
             record["time/timer_host_ms"] = info["host_s"] * 1e3
+            if info["previous_end"] is not None:
+                record["time/between_steps_ms"] = info["previous_end"].ms_until(info["marks"].marks["start"])
             record["throughput/tokens_per_s"] = info["tokens"] / (split["step_ms"] / 1e3)
             record |= {f"memory/{k}": v for k, v in split.items() if k.endswith("_gib")}
             if self.peak:

@@ -47,6 +47,11 @@ def test_loss_falls_and_artifacts_exist(finished_run):
     assert first["step"] == 0 and first["time/first_step_s"] >= first["time/step_ms"] / 1e3
     summary = json.loads((finished_run / "step_times.json").read_text())
     assert summary["first_step_s"] == pytest.approx(first["time/first_step_s"], rel=1e-6)
+    # the host's time between steps: none before the first; validation (after steps 7 and 15) lands in the gap after
+    between = series(rows, "time/between_steps_ms")
+    assert sorted(between) == list(range(1, 24)) and min(between.values()) >= 0
+    others = sorted(v for step, v in between.items() if step not in (8, 16))
+    assert min(between[8], between[16]) > others[len(others) // 2], between
 
 
 def test_process_age_counts_from_the_process_start():
