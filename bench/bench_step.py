@@ -24,8 +24,9 @@ peak alone in a process; not under CUDA graphs), MFU with the FLOP count it uses
 so measuring does not synchronize the steps it measures; the same loop without any marks, run before and
 after it, gives the timer's own cost (timer_cost: the marked loop over the mean of the two, so that a first
 loop's or a drifting GPU's cost does not land on the timer; timer_loops_ms holds the three). --profile adds
-each variant's GPU time (busy, and idle between its kernels) and kernel launches per step, and each kernel's
-time per step by the name BENCHMARKS.md shows (step_profile: those under 0.25 ms summed).
+each variant's GPU time (busy, and idle between its kernels, split by the kernels around each gap) and kernel
+launches per step, and each kernel's time per step by the name BENCHMARKS.md shows (step_profile: those under
+0.25 ms summed).
 --documents lists packed-document kinds (bench.documents: seq_idx); every variant runs once per kind, all rows
 alternating in one loop, so the cost of document boundaries is measured side by side (row variant@kind).
 
@@ -269,17 +270,31 @@ def parse_run_arguments(ap: argparse.ArgumentParser, argv: list[str] | None) -> 
 
 PROFILE_MIN_MS = 0.25  # a kernel below this many ms per step is summed into OTHER_KERNELS in a record's profile
 OTHER_KERNELS = "other kernels"
+IDLE_PAIRS = 8  # a record's profile keeps the idle time between this many kernel pairs, the largest
 
 
 def step_profile(prof: dict) -> dict:
     """A step's profile (bench.timing.gpu_kernel_ms) as a record keeps it: GPU ms (busy), idle ms (no kernel
     running, from the first kernel of the profiled steps to the last) and kernel launches per step, and each
     kernel's ms per step under the name BENCHMARKS.md shows (bench.kernel_names.short_name: a cuTile kernel's
-    specializations summed), largest first; the kernels below PROFILE_MIN_MS summed as OTHER_KERNELS."""
+    specializations summed), largest first; the kernels below PROFILE_MIN_MS summed as OTHER_KERNELS. idle_ms_by_pair:
+    the IDLE_PAIRS largest parts of idle_ms, "kernel before -> kernel after" (short names, pairs that share them
+    summed) to ms per step."""
     ms, _ = by_listed_name(prof["by_kernel"], prof["launches"], short_name)
     ranked = {k: t for k, t in ms.items() if t >= PROFILE_MIN_MS}
     ranked[OTHER_KERNELS] = sum(t for t in ms.values() if t < PROFILE_MIN_MS)
-    return {"gpu_ms": prof["ms"], "idle_ms": prof["idle_ms"], "kernels": prof["kernels"], "kernels_ms": ranked}
+    idle: dict[str, float] = {}
+    for (before, after), t in prof["idle_by_pair"].items():
+        pair = f"{short_name(before)} -> {short_name(after)}"
+        idle[pair] = idle.get(pair, 0.0) + t
+    largest = dict(sorted(idle.items(), key=lambda kv: -kv[1])[:IDLE_PAIRS])
+    return {
+        "gpu_ms": prof["ms"],
+        "idle_ms": prof["idle_ms"],
+        "idle_ms_by_pair": largest,
+        "kernels": prof["kernels"],
+        "kernels_ms": ranked,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

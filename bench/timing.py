@@ -80,18 +80,33 @@ def idle_us(spans: list[tuple[float, float]]) -> float:
     return max(end for _, end in spans) - min(start for start, _ in spans) - busy_us(spans)
 
 
+def idle_by_pair(kernels: list[tuple[float, float, str]]) -> dict[tuple[str, str], float]:
+    """The idle time of idle_us split by where it falls: each gap in which none of the (start, end, name) intervals
+    runs, summed by (the name of the interval that ran last before it, the name of the one that starts it)."""
+    gaps: dict[tuple[str, str], float] = {}
+    reached, last = None, ""
+    for start, end, name in sorted(kernels):
+        if reached is not None and start > reached:
+            gaps[last, name] = gaps.get((last, name), 0.0) + start - reached
+        if reached is None or end > reached:
+            reached, last = end, name
+    return gaps
+
+
 def gpu_kernel_ms(fn: Callable[[], Any], calls: int) -> dict[str, Any]:
     """GPU time per call from torch.profiler: {"ms" (the GPU busy with the call's kernels, overlaps counted once),
     "idle_ms" (from the first kernel's start to the last one's end, the time no kernel ran: gaps between kernels and
     between calls), "kernel_sum_ms" (their durations summed), "kernels" (launches per call), "by_kernel",
-    "launches"}.
+    "launches", "idle_by_pair"}.
 
     by_kernel maps each kernel name to its milliseconds per call, largest first; launches maps it to its
-    launches per call. Off GPU: ms is nan.
+    launches per call; idle_by_pair maps (kernel before, kernel after) to the idle milliseconds per call between
+    them (idle_by_pair's split of idle_ms), largest first. Off GPU: ms is nan.
     """
     if not torch.cuda.is_available():
         nan = float("nan")
-        return {"ms": nan, "idle_ms": nan, "kernel_sum_ms": nan, "kernels": 0, "by_kernel": {}, "launches": {}}
+        empty: dict = {"by_kernel": {}, "launches": {}, "idle_by_pair": {}}
+        return {"ms": nan, "idle_ms": nan, "kernel_sum_ms": nan, "kernels": 0, **empty}
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
@@ -101,21 +116,24 @@ def gpu_kernel_ms(fn: Callable[[], Any], calls: int) -> dict[str, Any]:
         torch.cuda.synchronize()
     by_kernel: dict[str, float] = {}
     launches: dict[str, int] = {}
-    spans: list[tuple[float, float]] = []
+    spans: list[tuple[float, float, str]] = []
     for evt in prof.events():
         if evt.device_type == torch.autograd.DeviceType.CUDA and not evt.is_user_annotation:
             by_kernel[evt.name] = by_kernel.get(evt.name, 0.0) + evt.device_time / 1e3 / calls
             launches[evt.name] = launches.get(evt.name, 0) + 1
-            spans.append((evt.time_range.start, evt.time_range.end))
+            spans.append((evt.time_range.start, evt.time_range.end, evt.name))
     ranked = dict(sorted(by_kernel.items(), key=lambda kv: -kv[1]))
     per_call = {name: launches[name] / max(calls, 1) for name in ranked}
+    intervals = [(start, end) for start, end, _ in spans]
+    idle = sorted(idle_by_pair(spans).items(), key=lambda kv: -kv[1])
     return {
-        "ms": busy_us(spans) / 1e3 / calls,
-        "idle_ms": idle_us(spans) / 1e3 / calls,
+        "ms": busy_us(intervals) / 1e3 / calls,
+        "idle_ms": idle_us(intervals) / 1e3 / calls,
         "kernel_sum_ms": sum(ranked.values()),
         "kernels": round(sum(per_call.values())),
         "by_kernel": ranked,
         "launches": per_call,
+        "idle_by_pair": {pair: us / 1e3 / calls for pair, us in idle},
     }
 
 

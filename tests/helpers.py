@@ -16,12 +16,19 @@ from pathlib import Path
 from types import ModuleType
 
 import lightning as L
+import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
 ROOT = Path(__file__).resolve().parent.parent
 # The data settings of tiny_args' runs (TextDataModule's arguments): the conftest's data_cache is built with them.
 TINY_DATA = {"max_documents": None, "vocab_size": 300, "seq_len": 48, "batch_size": 4, "val_fraction": 0.2}
+
+
+def stored(value: float):
+    """pytest.approx for a figure read back from a results file (bench.results keeps seven significant digits), or
+    computed from such figures."""
+    return pytest.approx(value, rel=1e-5, abs=1e-4)
 
 
 def write_corpus(directory: Path, n_files: int = 12, lines: int = 60) -> Path:

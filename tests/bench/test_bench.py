@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import default_sigint
+from tests.helpers import default_sigint, stored
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -135,17 +135,17 @@ def test_bench_step_writes_json(tmp_path):
     m = torch_row["median"]
     assert m["step_ms"] >= m["forward_ms"] > 0 and m["ssd_forward_ms"] > 0 and m["ssd_backward_ms"] > 0
     # two steps: each median is the mean of two, so the split adds up as it does per step
-    assert m["step_ms"] == pytest.approx(m["forward_ms"] + m["backward_ms"] + m["optimizer_ms"])
+    assert m["step_ms"] == stored(m["forward_ms"] + m["backward_ms"] + m["optimizer_ms"])
     assert 0 < torch_row["ssd_share"] < 1 and torch_row["tokens_per_s"] > 0
     # the stand-in runs through kernels.ssd as a backend (y = x·D), timed as any backend is
     assert 0 < standin["median"]["ssd_forward_ms"] < m["ssd_forward_ms"] and "ssd_ms_by_subtraction" not in standin
-    assert torch_row["ssd_ms_by_subtraction"] == pytest.approx(m["step_ms"] - standin["median"]["step_ms"])
+    assert torch_row["ssd_ms_by_subtraction"] == stored(m["step_ms"] - standin["median"]["step_ms"])
     assert torch_row["train_flops_per_token"] > 0
     # the marked loop against the mean of an unmarked loop before and after it
     loops = torch_row["timer_loops_ms"]
     assert sorted(loops) == ["plain_after", "plain_before", "timed"] and min(loops.values()) > 0
     mean_plain = (loops["plain_before"] + loops["plain_after"]) / 2
-    assert torch_row["timer_cost"] == pytest.approx(loops["timed"] / mean_plain - 1)
+    assert torch_row["timer_cost"] == stored(loops["timed"] / mean_plain - 1)
 
 
 def test_bench_step_refuses_unknown_variants():
@@ -314,7 +314,8 @@ def test_bench_step_measures_documents_kinds_side_by_side(tmp_path, monkeypatch,
     assert sorted((k for ks in seen.values() for k in ks), key=str) == [(1, 2), (1, 2), None, None]
     for kind in ("none", "short"):
         torch_row, standin = rows["torch", kind], rows["standin", kind]
-        assert torch_row["ssd_ms_by_subtraction"] == torch_row["median"]["step_ms"] - standin["median"]["step_ms"]
+        subtracted = torch_row["median"]["step_ms"] - standin["median"]["step_ms"]
+        assert torch_row["ssd_ms_by_subtraction"] == stored(subtracted)
     printed = capsys.readouterr().out
     assert " torch@short " in printed and " standin@short " in printed and " torch@none " not in printed
     for bad, problem in (("none,bogus", "unknown 'bogus'"), ("short,short", "'short' given twice")):
@@ -340,8 +341,19 @@ def test_gpu_time_counts_overlapping_kernels_once():
     assert idle_us([(10, 20), (0, 12), (15, 18), (30, 31), (30.5, 32)]) == 10  # 20 -> 30 only: overlaps are busy
 
 
+def test_idle_time_is_split_by_the_kernels_around_each_gap():
+    """Each gap goes to (the kernel that ran last before it, the kernel after it); the parts sum to idle_us."""
+    from bench.timing import idle_by_pair, idle_us
+
+    kernels = [(10, 20, "b"), (0, 12, "a"), (15, 18, "c"), (30, 31, "d"), (30.5, 32, "e"), (35, 36, "d"), (40, 41, "e")]
+    gaps = idle_by_pair(kernels)
+    assert gaps == {("b", "d"): 10, ("e", "d"): 3, ("d", "e"): 4}  # c ends inside b: the gap follows b
+    assert sum(gaps.values()) == idle_us([(start, end) for start, end, _ in kernels])
+    assert idle_by_pair([]) == {} and idle_by_pair([(0, 1, "a"), (1, 2, "b")]) == {}
+
+
 def test_step_profile_names_kernels_as_the_report_shows_them():
-    from bench.bench_step import OTHER_KERNELS, PROFILE_MIN_MS, step_profile
+    from bench.bench_step import IDLE_PAIRS, OTHER_KERNELS, PROFILE_MIN_MS, step_profile
 
     conv = "conv_fwd_kernel_Kt1_A3bf16_3v8l0_4t1_6i16_p16_Si32_I4_B1_B0"  # a cuTile kernel, one specialization
     conv_seq_idx = "conv_fwd_kernel_Kt1_A3bf16_3v8l0_4t1_6i16_p16_A2i32_1v4l0_Si32_I4_B1_B1"  # another: with seq_idx
@@ -353,10 +365,17 @@ def test_step_profile_names_kernels_as_the_report_shows_them():
         "norm_bwd_kernel_Kt2_A2bf16_I1536_B1": 1.0,
     }
     by_kernel |= {"triton_poi_fused_1": small, "triton_poi_fused_2": small}
-    prof = step_profile({"ms": 7.0, "idle_ms": 0.5, "kernels": 72, "by_kernel": by_kernel, "launches": {}})
+    # idle time before both conv specializations is one pair; only the IDLE_PAIRS largest pairs are kept
+    idle = {("_chunk_scan_fwd_kernel", conv): 0.2, ("_chunk_scan_fwd_kernel", conv_seq_idx): 0.1}
+    idle |= {(f"triton_poi_fused_{i}", "_chunk_scan_fwd_kernel"): 0.01 * (i + 1) for i in range(IDLE_PAIRS)}
+    profiled = {"ms": 7.0, "idle_ms": 0.5, "kernels": 72, "by_kernel": by_kernel, "launches": {}, "idle_by_pair": idle}
+    prof = step_profile(profiled)
     assert prof["gpu_ms"] == 7.0 and prof["idle_ms"] == 0.5 and prof["kernels"] == 72
     shown = [("conv_fwd", 3.5), ("_chunk_scan_fwd_kernel", 3.0), ("norm_bwd", 1.0), (OTHER_KERNELS, 2 * small)]
     assert list(prof["kernels_ms"].items()) == shown
+    pairs = list(prof["idle_ms_by_pair"].items())
+    assert len(pairs) == IDLE_PAIRS and pairs[0] == ("_chunk_scan_fwd_kernel -> conv_fwd", pytest.approx(0.3))
+    assert pairs[1][0] == f"triton_poi_fused_{IDLE_PAIRS - 1} -> _chunk_scan_fwd_kernel"
 
 
 def test_write_json_rounds_floats_to_seven_significant_digits(tmp_path):
