@@ -101,7 +101,7 @@ def gpu_kernel_ms(fn: Callable[[], Any], calls: int) -> dict[str, Any]:
 
     by_kernel maps each kernel name to its milliseconds per call, largest first; launches maps it to its
     launches per call; idle_by_pair maps (kernel before, kernel after) to the idle milliseconds per call between
-    them (idle_by_pair's split of idle_ms), largest first. Off GPU: ms is nan.
+    them (idle_ms, split by `idle_by_pair`), largest first. Off GPU: ms is nan.
     """
     if not torch.cuda.is_available():
         nan = float("nan")

@@ -6,12 +6,11 @@ Writes are atomic (temporary file + rename), so DDP ranks on one machine can sha
 that finds a key already tuned reuses it instead of searching again.
 
 Beside that cache, the package ships a table of configurations tuned on an H200 for the shapes of the shipped
-configs and on an H100 for medium.yaml's step (tuned.json, the same keys and entries), read-only. A shape is decided in this order: the local cache, the
-shipped table (for a key with document boundaries, "_seq_idx", with tuning off also the same key without them),
-then a search
-(tuning on) or the kernel's fixed default (tuning off). An entry is used only if its
-configuration is the default or inside today's tune space and, with tuning on, only if it was searched over
-this very space.
+configs and on an H100 for medium.yaml's step (tuned.json, the same keys and entries), read-only. A shape is
+decided in this order: the local cache, the shipped table (for a key with document boundaries, "_seq_idx", with
+tuning off also the same key without them), then a search (tuning on) or the kernel's fixed default (tuning off).
+An entry is used only if its configuration is the default or inside today's tune space and, with tuning on, only if
+it was searched over this very space.
 
 Tuning is off by default and is turned on with `set_autotune(True)`; the model does that from the YAML key
 `model.cutile_autotune`.
