@@ -30,9 +30,9 @@ def rounded(value: Any) -> Any:
     return value
 
 
-def write_json(path: str | Path, payload: dict[str, Any]) -> Path:
+def write_json(path: str | Path, payload: dict[str, Any] | list[Any]) -> Path:
     """Write `payload` as compact JSON (one line) to `path` (parents created), floats `rounded`; values JSON lacks
-    become strings."""
+    become strings. Every results file is written here (bench.report's reconciliation.json too)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(rounded(payload), separators=(",", ":"), default=str) + "\n")

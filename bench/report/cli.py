@@ -47,6 +47,7 @@ from bench.report.step import claim_step_rows, step_figures, step_key, step_sect
 from bench.report.tuning import TUNING_DEFAULT, tuning_section
 from bench.report.tuning import load as load_tuning
 from bench.report.tuning import present as tuning_present
+from bench.results import write_json
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     if scpool:
         scgpu = devices(scrun)
         pngs.append(scaling_plot(scpool, scgpu, runs_text(scrun), args.results))
-    (args.results / "reconciliation.json").write_text(json.dumps(rec, separators=(",", ":")) + "\n")
+    write_json(args.results / "reconciliation.json", rec)
 
     out = args.out / "BENCHMARKS.md"
     first = args.results / f"{args.first_step}.json"
