@@ -15,6 +15,10 @@ if TYPE_CHECKING:
 CUTILE_MANGLED = re.compile(r"(\w+?)_kernel_Kt\d+_")  # a cuTile kernel: NAME_kernel_Kt<its specialization>
 SHORT = re.compile(r"[\w:]+(?: \(\w+\))?")  # a name as short_name gives it: "function" or "function (detail)"
 FUNCTOR = re.compile(r"\b\w*(?:Functor|functor)\w*|\b\w+_kernel(?:_cuda)?\b")  # what a C++ kernel was built with
+# What a training step's kernels do, for its GPU time by kind (kind_of)
+KINDS = ("matmuls", "SSD", "conv + norm", "compiled by Inductor", "optimizer", "other")
+MATMUL = re.compile(r"gemm|nvjet|splitKreduce|xmma|cutlass|magma", re.IGNORECASE)  # cuBLAS's, CUTLASS's, MAGMA's
+TRITON_SSD = re.compile(r"_(?:chunk|state_passing|bmm_chunk)\w*_kernel$")  # mamba_ssm's SSD kernels
 
 
 @functools.cache
@@ -66,3 +70,24 @@ def by_listed_name(
         summed[shown] = summed.get(shown, 0.0) + t
         count[shown] = count.get(shown, 0.0) + launches.get(name, 1)
     return dict(sorted(summed.items(), key=lambda kv: -kv[1])), count
+
+
+def kind_of(name: str) -> str:
+    """Which of KINDS a profiled kernel is, by its short_name: "SSD" for a cuTile SSD stage or mamba_ssm's Triton SSD
+    kernels, "conv + norm" for the cuTile conv and gated RMSNorm, "matmuls" for cuBLAS's and CUTLASS's (split-K
+    reductions included), "compiled by Inductor" for torch.compile's Triton kernels, "optimizer" for the fused
+    AdamW, "other" for the rest (PyTorch's own elementwise and reduction kernels)."""
+    from bench.traffic import STAGES
+
+    shown = short_name(name)
+    if shown in STAGES or TRITON_SSD.match(shown):
+        return "SSD"
+    if shown.startswith(("conv_", "norm_")):
+        return "conv + norm"
+    if MATMUL.search(shown):
+        return "matmuls"
+    if shown.startswith("triton_"):
+        return "compiled by Inductor"
+    if shown.startswith("multi_tensor_apply"):
+        return "optimizer"
+    return "other"

@@ -5,9 +5,10 @@ the step, its cost over the same variant without boundaries and triton's step ov
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from bench.documents import DOCUMENTS  # the rows' order ("none": no boundaries)
+from bench.kernel_names import KINDS, kind_of
 from bench.report.format import Stat, cell, ordered, ratio, runs_text, table, times
 from bench.report.series import env_value
 
@@ -112,14 +113,30 @@ def kernel_ms(rec: dict) -> dict[str, float] | None:
     return {**by_name, ALL_KERNELS: sum(by_name.values()), **idle}
 
 
-def kernel_pool(runs: list[dict]) -> dict[Shape, dict[Row, dict[str, tuple[Stat | None, Stat | None]]]]:
-    """Per shape, row and kernel: (ms per step, its change over the same variant's row with documents none, taken
-    within each run), each a Stat across the runs that profiled both rows; a kernel a row lacks counts 0 ms."""
+def kind_ms(rec: dict) -> dict[str, float] | None:
+    """kernel_ms's figures summed by kind (bench.kernel_names.kind_of): every one of KINDS, then ALL_KERNELS and,
+    where measured, IDLE; None without a profile."""
+    by_kernel = kernel_ms(rec)
+    if by_kernel is None:
+        return None
+    kinds = dict.fromkeys(KINDS, 0.0)
+    for name, ms in by_kernel.items():
+        if name not in (ALL_KERNELS, IDLE):
+            kinds[kind_of(name)] += ms
+    return kinds | {k: by_kernel[k] for k in (ALL_KERNELS, IDLE) if k in by_kernel}
+
+
+def kernel_pool(
+    runs: list[dict], figures: Callable[[dict], dict[str, float] | None] = kernel_ms
+) -> dict[Shape, dict[Row, dict[str, tuple[Stat | None, Stat | None]]]]:
+    """Per shape, row and kernel (or what `figures` names: kind_ms's kinds): (ms per step, its change over the same
+    variant's row with documents none, taken within each run), each a Stat across the runs that profiled both rows;
+    a kernel a row lacks counts 0 ms."""
     per_run: list[dict[Shape, dict[Row, dict[str, float]]]] = []
     for run in runs:
         figs: dict[Shape, dict[Row, dict[str, float]]] = {}
         for rec in run["records"]:
-            if "error" not in rec and (ms := kernel_ms(rec)) is not None:
+            if "error" not in rec and (ms := figures(rec)) is not None:
                 figs.setdefault(shape_of(rec), {})[(rec.get("documents", "none"), rec["variant"])] = ms
         per_run.append(figs)
     pooled: dict[Shape, dict[Row, dict[str, tuple[Stat | None, Stat | None]]]] = {}
@@ -144,26 +161,29 @@ def kernel_pool(runs: list[dict]) -> dict[Shape, dict[Row, dict[str, tuple[Stat 
     return pooled
 
 
-def kernel_rows(by: dict[Row, dict[str, tuple[Stat | None, Stat | None]]]) -> tuple[list[str], list[list[str]]]:
-    """The per-kernel table of one shape (header, rows): a column per row of `by`, the TOP_KERNELS kernels whose
-    median change is largest, then ALL_KERNELS and, where measured, IDLE; a cell is the median ms, with its median
-    change in parentheses."""
-    changes: Counter[str] = Counter()
-    for figs in by.values():
-        for k, (_, change) in figs.items():
-            if change is not None and k not in (ALL_KERNELS, IDLE):
-                changes[k] = max(changes[k], abs(change.median))
-    shown = [k for k, _ in changes.most_common(TOP_KERNELS)] + [ALL_KERNELS]
-    shown += [IDLE] if any(IDLE in figs for figs in by.values()) else []
+def kernel_rows(
+    by: dict[Row, dict[str, tuple[Stat | None, Stat | None]]], shown: list[str] | None = None, what: str = "kernel"
+) -> tuple[list[str], list[list[str]]]:
+    """The per-kernel table of one shape (header, rows): a column per row of `by`, a row per name of `shown` (by
+    default the TOP_KERNELS kernels whose median change is largest), then ALL_KERNELS and, where measured, IDLE; a
+    cell is the median ms, with its median change in parentheses; `what` heads the first column. Kernels' names are shown as code, kind_ms's kinds
+    as they are."""
+    if shown is None:
+        changes: Counter[str] = Counter()
+        for figs in by.values():
+            for k, (_, change) in figs.items():
+                if change is not None and k not in (ALL_KERNELS, IDLE):
+                    changes[k] = max(changes[k], abs(change.median))
+        shown = [k for k, _ in changes.most_common(TOP_KERNELS)]
+    shown = [*shown, ALL_KERNELS] + ([IDLE] if any(IDLE in figs for figs in by.values()) else [])
 
     def text(figs: dict[str, tuple[Stat | None, Stat | None]], k: str) -> str:
         ms, change = figs.get(k, (None, None))
         return "" if ms is None else f"{ms.median:.2f}" + (f" ({change.median:+.2f})" if change else "")
 
-    header = ["kernel", *(f"{variant} {docs}" for docs, variant in by)]
-    return header, [
-        [k if k in (ALL_KERNELS, IDLE) else f"`{k}`", *(text(figs, k) for figs in by.values())] for k in shown
-    ]
+    plain = (ALL_KERNELS, IDLE, *KINDS)
+    header = [what, *(f"{variant} {docs}" for docs, variant in by)]
+    return header, [[k if k in plain else f"`{k}`", *(text(figs, k) for figs in by.values())] for k in shown]
 
 
 def command(run: dict) -> str:
@@ -213,6 +233,12 @@ KERNEL_CAPTION = (
 )
 
 
+KIND_CAPTION = (
+    "The same GPU time by kind of kernel (bench.kernel_names.kind_of; the kernels under 0.25 ms each, summed in the "
+    "profile, count as other):"
+)
+
+
 def boundaries_section(runs: list[dict]) -> str:
     """The section for one bench_step series with packed documents (`runs`: series.load_series's runs)."""
     pooled = boundaries_pool(runs)
@@ -227,7 +253,7 @@ def boundaries_section(runs: list[dict]) -> str:
         "the step of triton with the same layers over the cuTile variant's at the same documents, in the same run; median [min–max] across "
         "runs.",
     ]
-    kernels = kernel_pool(runs)
+    kernels, kinds = kernel_pool(runs), kernel_pool(runs, kind_ms)
     for shape, by in pooled.items():
         size, seqlen, batch, mode = shape
         n = max((f["step_ms"].n for f in by.values() if f["step_ms"]), default=0)  # runs that measured it
@@ -235,5 +261,6 @@ def boundaries_section(runs: list[dict]) -> str:
         lines += ["", caption, "", table(header, boundaries_rows(by))]
         if kernels.get(shape):
             lines += ["", KERNEL_CAPTION, "", table(*kernel_rows(kernels[shape]))]
+            lines += ["", KIND_CAPTION, "", table(*kernel_rows(kinds[shape], list(KINDS), "kind"))]
     errors = failures(runs)
     return "\n".join(lines + (["", *errors] if errors else []))

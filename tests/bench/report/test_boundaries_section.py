@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 
+from bench.kernel_names import KINDS
 from bench.report import boundaries
 from bench.report.boundaries import (
     ALL_KERNELS,
@@ -14,6 +15,7 @@ from bench.report.boundaries import (
     is_cutile,
     kernel_pool,
     kernel_rows,
+    kind_ms,
     triton_twin,
 )
 from bench.report.series import load_series
@@ -144,3 +146,27 @@ def test_kernel_table_keeps_the_kernels_that_change_most(monkeypatch, tmp_path):
     (by,) = kernel_pool(load_series(tmp_path, "k", "bench_step")).values()
     monkeypatch.setattr(boundaries, "TOP_KERNELS", 1)
     assert [row[0] for row in kernel_rows(by)[1]] == ["`conv_fwd`", ALL_KERNELS, IDLE]
+
+
+def test_kind_table_sums_each_kind_of_kernel_within_each_run(tmp_path):
+    """The profiled rows again, by kind: a kind a row lacks shows 0 ms, the sums and idle time as in the kernel
+    table, and the section shows both tables."""
+    for i, scale in enumerate((1.0, 2.0, 3.0), 1):
+        write(tmp_path / f"k{'' if i == 1 else f'_run{i}'}.json", profiled(scale))
+    runs = load_series(tmp_path, "k", "bench_step")
+    (by,) = kernel_pool(runs, kind_ms).values()
+    header, rows = kernel_rows(by, list(KINDS), "kind")
+    assert header == ["kind", f"{CUTILE} none", f"{CUTILE} stdlib"]
+    nothing = ["0.00", "0.00 (+0.00)"]
+    assert rows == [
+        ["matmuls", "10.00", "10.00 (+0.00)"],
+        ["SSD", *nothing],
+        ["conv + norm", "4.00", "4.50 (+0.50)"],
+        ["compiled by Inductor", *nothing],
+        ["optimizer", *nothing],
+        ["other", "0.00", "0.25 (+0.25)"],
+        [ALL_KERNELS, "14.00", "14.75 (+0.75)"],
+        [IDLE, "1.00", "1.50 (+0.50)"],
+    ]
+    text = boundaries_section(runs)
+    assert "by kind of kernel" in text and "| conv + norm | 4.00 | 4.50 (+0.50) |" in text

@@ -97,3 +97,28 @@ def test_json_keeps_cutile_stages_by_full_name_and_others_by_short_name_summed()
     assert launches == {"reduce_kernel (sum_functor)": 2, q128: 2}  # a kernel absent from launches: once
     assert short_name("reduce_kernel (sum_functor)") == "reduce_kernel (sum_functor)"  # a listed name shows as is
     assert short_name(q128) == "fwd_pass_state" and short_name("Memset (Device)") == "Memset (Device)"
+
+
+def test_each_kind_of_a_steps_kernels_is_told_by_its_name():
+    """kind_of sorts a profiled step's kernels, by full or short name: both SSDs' kernels, the cuTile layers, cuBLAS's
+    matmuls and their split-K reductions, Inductor's kernels, the fused AdamW, and the rest."""
+    from bench.kernel_names import KINDS, kind_of
+
+    kinds = {
+        "state_walks": "SSD",
+        "chunk_cumsum_bwd": "SSD",
+        "_chunk_scan_chunk_state_bwd_dx_kernel": "SSD",
+        "_state_passing_fwd_kernel": "SSD",
+        "_bmm_chunk_fwd_kernel": "SSD",
+        "conv_bwd_gv": "conv + norm",
+        "norm_fwd_kernel_Kt1_A2bf16_I4": "conv + norm",
+        "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT": "matmuls",
+        "splitKreduce_kernel": "matmuls",
+        "Kernel2 (cutlass_80_tensorop_s1688gemm_128x128_32x3_tn_align1)": "matmuls",
+        "triton_per_fused__to_copy_add_div_expand_mul_pow_sum_view_6": "compiled by Inductor",
+        "multi_tensor_apply_kernel (FusedAdamMathFunctor)": "optimizer",
+        "reduce_kernel (sum_functor)": "other",
+        "other kernels": "other",
+    }
+    assert {name: kind_of(name) for name in kinds} == kinds
+    assert set(kinds.values()) == set(KINDS)
