@@ -37,7 +37,17 @@ import cuda.tile as ct
 import torch
 from cuda.tile.compilation import ArrayConstraint
 
-from kernels.cutile.launch import ZERO, ConstBool, ConstInt, launch, seq_idx_args, shape_key, with_hints
+from kernels.cutile.launch import (
+    ASSUMED_SMS,
+    ZERO,
+    ConstBool,
+    ConstInt,
+    launch,
+    seq_idx_args,
+    shape_key,
+    sm_count,
+    with_hints,
+)
 from kernels.cutile.signature import (
     DTYPES,
     Specialization,
@@ -218,14 +228,26 @@ class StateConfig:
     chunks_per_step: int = 1  # fwd_pass_state's STEP; bwd_pass_state steps one chunk an iteration
 
 
-def default_state_config(dtype: torch.dtype, headdim: int, dstate: int, chunk_size: int) -> StateConfig:
-    """fwd_pass_state's configuration untuned. With bf16 inputs, head dim at least 64 and chunks of at most 128
-    tokens: the 64 x 32 tile taking two chunks an iteration at occupancy 4, the fastest of the tune space at the seed
-    shape and tuning's choice at most shapes of bench_kernels' sweep (docs/kernels.md, fwd_pass_state). StateConfig()
+# (batch, head) pairs from which the state walks take their one-chunk tile: tuning chose it at 192 pairs (the medium
+# step at L 2048) and two-chunk walks at 32 and 48 (the seed, the step at L 8192); the threshold lies between, unmeasured
+MANY_PAIRS = 96
+
+
+def default_state_config(
+    dtype: torch.dtype, headdim: int, dstate: int, chunk_size: int, pairs: int = 1, sms: int = ASSUMED_SMS
+) -> StateConfig:
+    """fwd_pass_state's configuration untuned, for `pairs` = batch x heads on a GPU of `sms` SMs. With bf16 inputs,
+    head dim at least 64, state dim at least 32 and chunks of at most 128 tokens, the 64 x 32 tile, as tuning chose
+    at the three shapes measured (docs/kernels.md, fwd_pass_state): from MANY_PAIRS one chunk an iteration at
+    occupancy 4 (the step at L 2048); below, two chunks an iteration, at occupancy 4 where the programs are no more
+    than the SMs (the seed, 128 programs) and 2 where they are more (the step at L 8192, 192). StateConfig()
     otherwise, where nothing was measured."""
-    if dtype == torch.bfloat16 and headdim >= 64 and dstate >= 32 and chunk_size <= 128:
-        return StateConfig(TILE_P=64, TILE_N=32, latency=4, occupancy=4, chunks_per_step=2)
-    return StateConfig()
+    if dtype != torch.bfloat16 or headdim < 64 or dstate < 32 or chunk_size > 128:
+        return StateConfig()
+    if pairs >= MANY_PAIRS:
+        return StateConfig(TILE_P=64, TILE_N=32, latency=4, occupancy=4, chunks_per_step=1)
+    programs = pairs * -(-headdim // 64) * -(-dstate // 32)
+    return StateConfig(TILE_P=64, TILE_N=32, latency=4, occupancy=4 if programs <= sms else 2, chunks_per_step=2)
 
 
 def search_space(headdim: int, dstate: int, chunk_size: int | None = None) -> list[StateConfig]:
@@ -268,7 +290,9 @@ def aot_signatures() -> Iterator[Specialization]:
             (256, 16, 128, True, 1, StateConfig().occupancy),
         )
     ]
-    cases += [
+    cases += [  # the other bf16 defaults: many (batch, head) pairs, and more programs than SMs
+        ("bfloat16", 128, 64, 32, False, 1, 4, False),
+        ("bfloat16", 128, 64, 32, False, 2, 2, False),
         ("bfloat16", 128, 64, 32, False, 2, 4, True),
         ("bfloat16", 64, 32, 128, True, 1, 4, True),
         ("float32", 64, 32, 64, True, 2, StateConfig().occupancy, True),
@@ -323,7 +347,7 @@ def fwd_pass_state(
         return grid, with_hints(fwd_pass_state_kernel, cfg.occupancy), args
 
     key = shape_key(x, B, chunk_size, seq_idx)
-    default = default_state_config(x.dtype, p, n, chunk_size)
+    default = default_state_config(x.dtype, p, n, chunk_size, b * h, sm_count(x.device))
     launch("fwd_pass_state", key, default, lambda: search_space(p, n, chunk_size), spec, x.device)
     return arrays[5], arrays[6]
 

@@ -27,6 +27,16 @@ T = TypeVar("T")
 Spec = Callable[[Any], tuple[tuple[int, ...], Any, tuple]]
 
 
+ASSUMED_SMS = 132  # an H100's and an H200's SMs: the count default configurations assume off a GPU (CPU tests)
+
+
+def sm_count(device: torch.device) -> int:
+    """The streaming multiprocessors of `device`, or ASSUMED_SMS where it is not a CUDA device."""
+    if device.type != "cuda":
+        return ASSUMED_SMS
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def shape_key(x: torch.Tensor, B: torch.Tensor, chunk_size: int, seq_idx: torch.Tensor | None = None) -> str:
     """The tuning key of an SSD shape: x (b, l, h, p), B (b, l, g, n), chunk size, input dtype, and "_seq_idx" with
     document boundaries: a kernel with seq_idx is another build (its masks take registers), tuned apart from the one

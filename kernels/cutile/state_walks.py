@@ -20,8 +20,18 @@ import torch
 
 from kernels.cutile import bwd_pass_state as backward
 from kernels.cutile import fwd_pass_state as forward
-from kernels.cutile.fwd_pass_state import StateConfig, search_space
-from kernels.cutile.launch import BACKWARD_CHUNK, ConstBool, ConstInt, launch, seq_idx_args, shape_key, with_hints
+from kernels.cutile.fwd_pass_state import MANY_PAIRS, StateConfig, search_space
+from kernels.cutile.launch import (
+    ASSUMED_SMS,
+    BACKWARD_CHUNK,
+    ConstBool,
+    ConstInt,
+    launch,
+    seq_idx_args,
+    shape_key,
+    sm_count,
+    with_hints,
+)
 from kernels.cutile.signature import Specialization, hinted, kernel_signature, seq_idx_params
 
 
@@ -66,7 +76,25 @@ def launch_both(
         return grid, with_hints(state_walks_kernel, cfg.occupancy), args
 
     key = shape_key(x, B, chunk_size, seq_idx)
-    launch("state_walks", key, StateConfig(), lambda: search_space(p, n, chunk_size), spec, x.device)
+    default = default_walks_config(x.dtype, b * h, p, n, sm_count(x.device))
+    launch("state_walks", key, default, lambda: search_space(p, n, chunk_size), spec, x.device)
+
+
+def default_walks_config(
+    dtype: torch.dtype, pairs: int, headdim: int, dstate: int, sms: int = ASSUMED_SMS
+) -> StateConfig:
+    """state_walks' configuration untuned, for `pairs` = batch x heads on a GPU of `sms` SMs. With bf16 inputs, head
+    dim at least 64 and state dim at least 128, as tuning chose at the three shapes measured (docs/kernels.md,
+    state_walks): from MANY_PAIRS the 32 x 128 tile at occupancy 4, one chunk an iteration (the step at L 2048);
+    below, 64 x 32 taking two chunks an iteration, at occupancy 2 where its programs (two walks') fit two an SM (the
+    seed, 256 programs) and 4 where they do not (the step at L 8192, 384). StateConfig() otherwise, where nothing
+    was measured."""
+    if dtype != torch.bfloat16 or headdim < 64 or dstate < 128:
+        return StateConfig()
+    if pairs >= MANY_PAIRS:
+        return StateConfig(TILE_P=32, TILE_N=128, latency=4, occupancy=4, chunks_per_step=1)
+    programs = 2 * pairs * -(-headdim // 64) * -(-dstate // 32)
+    return StateConfig(TILE_P=64, TILE_N=32, latency=4, occupancy=2 if programs <= 2 * sms else 4, chunks_per_step=2)
 
 
 WALK_MODES = ("aside", "one stream", "one launch")
@@ -141,20 +169,28 @@ def wait_for_walks(device: torch.device, walks: str) -> None:
 
 
 def aot_signatures() -> Iterator[Specialization]:
-    """state_walks_kernel's specializations: both walks in one launch at the backward's chunk size, the seed's tile
-    (64 x 32, two chunks an iteration) at bf16 and StateConfig()'s tile in float32, at StateConfig()'s occupancy, each
-    without and with seq_idx."""
+    """state_walks_kernel's specializations: both walks in one launch at the backward's chunk size, each default of
+    default_walks_config at bf16 (first the one from MANY_PAIRS, the medium step's) and StateConfig() in float32, at
+    their occupancy, each without and with seq_idx."""
     chunk = BACKWARD_CHUNK
+    bf16 = torch.bfloat16
+    defaults = [
+        ("bfloat16", default_walks_config(bf16, MANY_PAIRS, 64, 128)),
+        ("bfloat16", default_walks_config(bf16, 1, 64, 128)),
+        ("bfloat16", default_walks_config(bf16, MANY_PAIRS - 1, 64, 128)),
+        ("float32", default_walks_config(torch.float32, MANY_PAIRS, 64, 128)),
+    ]
     for has_seq_idx in (False, True):
-        for name, tile_p, tile_n, step in (("bfloat16", 64, 32, 2), ("float32", 32, 64, 1)):
+        for name, cfg in defaults:
+            tile_p, tile_n, step = cfg.TILE_P, cfg.TILE_N, cfg.chunks_per_step
             label = f"state_walks[{name},Q={chunk},P={tile_p},N={tile_n},step={step}"
             label += ",seq_idx]" if has_seq_idx else "]"
             yield (
-                *hinted(label, state_walks_kernel, StateConfig().occupancy),
+                *hinted(label, state_walks_kernel, cfg.occupancy),
                 kernel_signature(
                     forward.walk_signature(name)
                     + backward.walk_signature(name)
-                    + [8, 8, chunk, tile_p, tile_n, False, True, name == "float32", 4, step]
+                    + [8, 8, chunk, tile_p, tile_n, False, True, name == "float32", cfg.latency, step]
                     + seq_idx_params(has_seq_idx)
                 ),
             )

@@ -61,14 +61,22 @@ def test_ci_builds_each_kernel_with_its_default_hints():
     """A launch compiles the kernel with its configuration's occupancy hint; CI builds each default's, and each
     kernel's first specialization (the one the default run compiles) is its default at bf16 with that hint, but
     bwd_dx's: float32's default."""
-    from kernels.cutile import bwd_dx, causal_conv, chunk_cumsum_bwd, compute_out, fwd_pass_state, rms_norm
+    from kernels.cutile import (
+        bwd_dx,
+        causal_conv,
+        chunk_cumsum_bwd,
+        compute_out,
+        fwd_pass_state,
+        rms_norm,
+        state_walks,
+    )
 
     bf16 = torch.bfloat16
     defaults = {
-        "fwd_pass_state": fwd_pass_state.default_state_config(bf16, 64, 128, 128).occupancy,
+        "fwd_pass_state": fwd_pass_state.default_state_config(bf16, 64, 128, 128, fwd_pass_state.MANY_PAIRS).occupancy,
         "compute_out": compute_out.default_out_config(bf16).occupancy,
         "bwd_pass_state": fwd_pass_state.StateConfig().occupancy,
-        "state_walks": fwd_pass_state.StateConfig().occupancy,
+        "state_walks": state_walks.default_walks_config(bf16, fwd_pass_state.MANY_PAIRS, 64, 128).occupancy,
         "bwd_dx": bwd_dx.default_dx_config(bf16).occupancy,
         "chunk_cumsum_bwd": chunk_cumsum_bwd.CumsumBwdConfig().occupancy,
         "conv_fwd": causal_conv.DEFAULT_FWD.occupancy,

@@ -56,6 +56,46 @@ def test_bf16_tuned_defaults_stay_with_bf16_inputs(dtype, monkeypatch):
         assert state_module.default_state_config(dtype, head_dim, 128, chunk) == state_module.StateConfig()
 
 
+@pytest.mark.parametrize(
+    ("dtype", "batch", "heads", "forward", "walks"),
+    [  # (TILE_P, TILE_N, occupancy, chunks_per_step): tuning's choices at these shapes on an H100 (docs/kernels.md)
+        (torch.bfloat16, 8, 24, (64, 32, 4, 1), (32, 128, 4, 1)),  # the medium step at L 2048: 192 pairs
+        (torch.bfloat16, 2, 24, (64, 32, 2, 2), (64, 32, 4, 2)),  # the step at L 8192: 48
+        (torch.bfloat16, 4, 8, (64, 32, 4, 2), (64, 32, 2, 2)),  # the seed: 32
+        (torch.float32, 8, 24, None, None),  # not measured: StateConfig()
+    ],
+    ids=["l2048", "l8192", "seed", "float32"],
+)
+def test_state_walk_defaults_follow_the_pairs_of_batch_and_heads(dtype, batch, heads, forward, walks, monkeypatch):
+    """Untuned, fwd_pass_state and state_walks launch the configuration tuning chose at shapes of as many (batch,
+    head) pairs and programs per SM (an H100's 132 SMs off a GPU); each launch's grid and STEP follow it."""
+    from kernels.cutile import fwd_pass_state as forward_module
+    from kernels.cutile import state_walks as walks_module
+    from kernels.cutile.fwd_pass_state import StateConfig
+
+    got = {}
+
+    def record(name, key, default, space, spec, device):
+        got[name] = (default, space(), spec(default))
+
+    monkeypatch.setattr(forward_module, "launch", record)
+    monkeypatch.setattr(walks_module, "launch", record)
+    l, p, n = 256, 64, 128
+    x, B = torch.zeros(batch, l, heads, p, dtype=dtype), torch.zeros(batch, l, 1, n, dtype=dtype)
+    forward_module.fwd_pass_state(x, B, torch.zeros(batch, heads, 2, 128), torch.zeros(batch, heads, 2, 128))
+    rows = torch.zeros(batch, heads, 4, 64)
+    walks_module.state_walks(x, B, rows, rows, None, x, B, None)
+    for name, expected, halves in (("fwd_pass_state", forward, 1), ("state_walks", walks, 2)):
+        default, space, (grid, _, args) = got[name]
+        if expected is None:
+            assert default == StateConfig()
+        else:
+            assert (default.TILE_P, default.TILE_N, default.occupancy, default.chunks_per_step) == expected
+        assert default in space  # a default tuning can also pick
+        assert grid == (halves * batch * heads, p // default.TILE_P, n // default.TILE_N)
+        assert args[-3] == default.chunks_per_step  # the kernel's STEP (before seq_idx and HAS_SEQ_IDX)
+
+
 def test_the_forward_walk_takes_one_or_two_chunks_an_iteration(monkeypatch):
     """fwd_pass_state's kernel forms one or two chunks' products an iteration; a configuration asking for more (a
     forced one, or a cache written by other code) is refused with its name, not run as a wrong walk."""
