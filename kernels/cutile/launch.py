@@ -30,8 +30,10 @@ Spec = Callable[[Any], tuple[tuple[int, ...], Any, tuple]]
 ASSUMED_SMS = 132  # an H100's and an H200's SMs: the count default configurations assume off a GPU (CPU tests)
 
 
+@functools.cache
 def sm_count(device: torch.device) -> int:
-    """The streaming multiprocessors of `device`, or ASSUMED_SMS where it is not a CUDA device."""
+    """The streaming multiprocessors of `device`, or ASSUMED_SMS where it is not a CUDA device (asked once per
+    device: every SSD launch takes it for its untuned default)."""
     if device.type != "cuda":
         return ASSUMED_SMS
     return torch.cuda.get_device_properties(device).multi_processor_count
