@@ -10,6 +10,8 @@ measured in the same run. With both modes, each shape ends with every variant's 
 
     python -m bench.bench_kernels --out results/kernels.json            # seed shape + sweep
     python -m bench.bench_kernels --shapes seed,step --autotune         # seed, and one layer of the medium step
+    python -m bench.bench_kernels --shapes seed --modes fwd_bwd --sweep # every cuTile configuration's time, stderr
+    python -m bench.bench_kernels --shapes seed --shipped_table none    # the untuned defaults
     python -m bench.bench_kernels --shapes tiny --backends torch        # plumbing check on CPU
 """
 
@@ -30,6 +32,7 @@ from bench.kernel_names import by_listed_name
 from bench.results import available_backends, backward_records, write_json
 from bench.timing import ceilings, gpu_kernel_ms, summarize, wall_ms
 from bench.traffic import SSDShape, ssd_io
+from bench.tuning_switches import add_table_arguments, apply_table_arguments
 from lightning_modules.environment import environment
 
 
@@ -229,8 +232,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--calls", type=int, default=20, help="calls per timed repeat")
-    ap.add_argument("--autotune", action="store_true", help="tune cuTile block sizes per shape (cached on disk)")
+    ap.add_argument(
+        "--autotune", action="store_true", default=None, help="tune cuTile block sizes per shape (cached on disk)"
+    )
+    add_table_arguments(ap)
     args = ap.parse_args(argv)
+    apply_table_arguments(ap, args)
     names = [name.strip() for name in args.shapes.split(",")]
     modes = list(dict.fromkeys(mode.strip() for mode in args.modes.split(",")))
     for option, given, known in (("--shapes", names, SHAPE_SETS), ("--modes", modes, MODES)):
@@ -240,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_float32_matmul_precision("high")  # as train.py: float32 matmuls may use TF32
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    kernels.set_autotune(args.autotune)
+    kernels.set_autotune(bool(args.autotune))
     shapes = list(dict.fromkeys(shape for name in names for shape in SHAPE_SETS[name]))
     if args.chunk is not None:
         shapes = [replace(shape, chunk_size=args.chunk) for shape in shapes]

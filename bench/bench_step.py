@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import sys
 from pathlib import Path
 
@@ -52,7 +51,7 @@ from bench.kernel_names import by_listed_name, short_name
 from bench.results import STEP_LAYERS, available_backends, write_json
 from bench.step import TimedStep, alternate, median_split, token_batches, warm_up
 from bench.timing import gpu_kernel_ms, summarize
-from kernels.cutile import tuning
+from bench.tuning_switches import add_table_arguments, apply_table_arguments
 from lightning_modules.environment import environment, peak_tflops
 from lightning_modules.language_model import LanguageModel, release_compiled_graphs
 from model.flops import ssd_flops_per_token, train_flops_per_token
@@ -240,31 +239,19 @@ def bench(
 
 
 def parse_run_arguments(ap: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
-    """Adds the benchmarks' shared tuning switches (--autotune, --tuning_cache, --shipped_table), parses, points
-    cuTile's tuning at the tables named, and applies --quick (2 warm-up, 4 timed steps)."""
+    """Adds the benchmarks' shared tuning switches (--autotune and bench.tuning_switches'), parses, points cuTile's
+    tuning at the tables named, and applies --quick (2 warm-up, 4 timed steps)."""
     ap.add_argument(
         "--autotune",
         action=argparse.BooleanOptionalAction,
         default=None,
         help="tune cuTile block sizes (cached on disk); default: the config's model.cutile_autotune",
     )
-    ap.add_argument(
-        "--tuning_cache",
-        default=None,
-        help="the JSON file cuTile's tuning results are read from and written to; default: the user's cache "
-        "(~/.cache/mamba2-cutile/tuning.json)",
-    )
-    ap.add_argument(
-        "--shipped_table",
-        default=None,
-        help="the table of tuned cuTile configurations read after the cache (default: kernels/cutile/tuned.json); "
-        "'none': no table, so with --autotune every shape the cache lacks is searched afresh",
-    )
+    add_table_arguments(ap)
     args = ap.parse_args(argv)
     if args.quick:
         args.warmup, args.steps = 2, 4
-    tuning.set_cache_path(args.tuning_cache)
-    tuning.set_shipped_path(os.devnull if args.shipped_table == "none" else args.shipped_table)
+    apply_table_arguments(ap, args)
     return args
 
 
