@@ -43,11 +43,15 @@ def series_files(results: Path, name: str) -> list[Path]:
     return [p for _, p in sorted(found, key=lambda mp: int(mp[0][1] or 0))]
 
 
+FILES = ("out", "tuning_cache")  # settings that name a run's files: where it wrote, the tuning cache it used
+
+
 def load_series(results: Path, name: str, kind: str) -> list[dict]:
     """The runs of one benchmark: results/name.json and results/name_run<N>.json, checked to match.
 
     Each run is its JSON with "file" added; a bench_kernels run gains its backward-alone records
-    (bench.results.backward_records). Runs of one series must share settings (but "out") and GPU.
+    (bench.results.backward_records). Runs of one series must share settings (but FILES) and GPU; the cuTile
+    configurations each launched are in its "tuning".
     """
     found = series_files(results, name)
     if not found:
@@ -62,7 +66,7 @@ def load_series(results: Path, name: str, kind: str) -> list[dict]:
         runs.append({**run, "file": path})
 
     def measured(run: dict) -> dict:
-        return {**{k: v for k, v in run["settings"].items() if k != "out"}, "gpu": device_name(run)}
+        return {**{k: v for k, v in run["settings"].items() if k not in FILES}, "gpu": device_name(run)}
 
     first = measured(runs[0])
     for run in runs[1:]:
