@@ -59,6 +59,7 @@ from bench.bench_step import (  # models built as bench_step builds them
 from bench.results import available_backends, write_json
 from bench.step import TimedStep, alternate, median_split, token_batches, warm_up
 from bench.timing import gpu_kernel_ms, summarize
+from bench.tuning_switches import point_tuning
 from kernels.timing import Mark
 from lightning_modules.environment import environment, peak_tflops
 from lightning_modules.strategies import STREAM_WARNING
@@ -237,6 +238,7 @@ def worker(rank: int, world: int, port: int | None, args) -> None:
         # collective fails instead and the job ends, keeping the JSON written after each finished variant.
         timeout = datetime.timedelta(seconds=args.collective_timeout)
         dist.init_process_group("nccl" if use_cuda else "gloo", rank=rank, world_size=world, timeout=timeout)
+        point_tuning(args)  # a spawned process starts from tuning's defaults
     torch.set_float32_matmul_precision("high")  # as train.py: float32 matmuls may use TF32
     torch._dynamo.config.cache_size_limit = 64  # one compiled graph per variant and mode in this process
     wanted = args.backends.split(",")

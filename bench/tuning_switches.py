@@ -41,6 +41,12 @@ def apply_table_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace)
         args.autotune, args.shipped_table = True, "none"
         if args.tuning_cache is None:
             args.tuning_cache = str(Path(tempfile.mkdtemp(prefix="mamba2-cutile-sweep-")) / "tuning.json")
+    point_tuning(args)
+
+
+def point_tuning(args: argparse.Namespace) -> None:
+    """Points this process's cuTile tuning at the tables of `args` (spawned processes call it again)."""
+    if args.sweep:
         tuning.sweep_verbosely()
     tuning.set_cache_path(args.tuning_cache)
     tuning.set_shipped_path(os.devnull if args.shipped_table == "none" else args.shipped_table)

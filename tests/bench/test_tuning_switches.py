@@ -50,15 +50,15 @@ def test_sweep_searches_a_shape_the_cache_holds_and_prints_every_configuration(
     plain = ap.parse_args(["--autotune"])
     apply_table_arguments(ap, plain)
     tuning.set_autotune(True)
-    assert choose() == OutConfig() and searched == []  # the user's cache answers: no search
+    assert choose() == OutConfig() and searched == []  # from the user's cache
 
     args = ap.parse_args(["--sweep"])
     with caplog.at_level(logging.INFO, logger=tuning.log.name):
         apply_table_arguments(ap, args)
-        assert choose() == OutConfig(128, 32, 4, 1)  # the fake search's pick (its last candidate)
+        assert choose() == OutConfig(128, 32, 4, 1)  # the fake search's pick
     assert args.autotune is True and args.shipped_table == "none" and searched == [space]
     assert "compute_out on s1, every configuration" in caplog.text
-    assert json.loads(user_cache.read_text()) == held  # the user's cache is left as it was
+    assert json.loads(user_cache.read_text()) == held  # untouched
     assert "compute_out|s1|TestGPU|cuda-tile-x" in json.loads(open(args.tuning_cache).read())
 
 
