@@ -32,6 +32,7 @@ from kernels.cutile.fwd_pass_state import (
     document_before,
     documents,
     search_space,
+    state_grid,
     states_array,
     states_dtype,
     walk_product,
@@ -164,7 +165,7 @@ def bwd_pass_state(
     arrays = walk_arrays(dy, C, dA_cumsum, dfinal_state)
 
     def spec(cfg: StateConfig) -> tuple[tuple[int, ...], object, tuple]:
-        grid = (b * h, -(-p // cfg.TILE_P), -(-n // cfg.TILE_N))
+        grid = state_grid(b * h, p, n, cfg)
         args = (*arrays, h, h // g, chunk_size, cfg.TILE_P, cfg.TILE_N, dfinal_state is not None)
         args += (dy.dtype == torch.float32, cfg.latency, *seq_idx_args(seq_idx, arrays[2], chunk_size))
         return grid, with_hints(bwd_pass_state_kernel, cfg.occupancy), args

@@ -30,8 +30,9 @@ state to bf16 already, so the forward's y is the same either way.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import cuda.tile as ct
 import torch
@@ -228,6 +229,11 @@ class StateConfig:
     chunks_per_step: int = 1  # fwd_pass_state's STEP; bwd_pass_state steps one chunk an iteration
 
 
+def state_grid(rows: int, headdim: int, dstate: int, cfg: StateConfig) -> tuple[int, int, int]:
+    """A state walk's grid: `rows` ((batch, head) pairs, per walk) x cfg's head-dim x state-dim tiles."""
+    return rows, -(-headdim // cfg.TILE_P), -(-dstate // cfg.TILE_N)
+
+
 # (batch, head) pairs from which the state walks take their one-chunk tile: tuning chose it at 192 pairs (the medium
 # step at L 2048) and two-chunk walks at 32 and 48 (the seed, the step at L 8192); the threshold lies between, unmeasured
 MANY_PAIRS = 96
@@ -246,8 +252,8 @@ def default_state_config(
         return StateConfig()
     if pairs >= MANY_PAIRS:
         return StateConfig(TILE_P=64, TILE_N=32, latency=4, occupancy=4, chunks_per_step=1)
-    programs = pairs * -(-headdim // 64) * -(-dstate // 32)
-    return StateConfig(TILE_P=64, TILE_N=32, latency=4, occupancy=4 if programs <= sms else 2, chunks_per_step=2)
+    walk = StateConfig(TILE_P=64, TILE_N=32, latency=4, occupancy=4, chunks_per_step=2)
+    return walk if math.prod(state_grid(pairs, headdim, dstate, walk)) <= sms else replace(walk, occupancy=2)
 
 
 def search_space(headdim: int, dstate: int, chunk_size: int | None = None) -> list[StateConfig]:
@@ -340,7 +346,7 @@ def fwd_pass_state(
     arrays = walk_arrays(x, B, dt_out, dA_cumsum, initial_states)
 
     def spec(cfg: StateConfig) -> tuple[tuple[int, ...], object, tuple]:
-        grid = (b * h, -(-p // cfg.TILE_P), -(-n // cfg.TILE_N))
+        grid = state_grid(b * h, p, n, cfg)
         args = (*arrays, h, h // g, chunk_size, cfg.TILE_P, cfg.TILE_N, initial_states is not None)
         step = walk_step(cfg, nchunks)
         args += (x.dtype == torch.float32, cfg.latency, step, *seq_idx_args(seq_idx, arrays[2], step * chunk_size))

@@ -13,14 +13,16 @@ With document boundaries both walks read one seq_idx (HAS_SEQ_IDX) and apply the
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
+from dataclasses import replace
 
 import cuda.tile as ct
 import torch
 
 from kernels.cutile import bwd_pass_state as backward
 from kernels.cutile import fwd_pass_state as forward
-from kernels.cutile.fwd_pass_state import MANY_PAIRS, StateConfig, search_space
+from kernels.cutile.fwd_pass_state import MANY_PAIRS, StateConfig, search_space, state_grid
 from kernels.cutile.launch import (
     ASSUMED_SMS,
     BACKWARD_CHUNK,
@@ -69,7 +71,7 @@ def launch_both(
     chunk_size = dt_out.shape[-1] // nchunks
 
     def spec(cfg: StateConfig) -> tuple[tuple[int, ...], object, tuple]:
-        grid = (2 * b * h, -(-p // cfg.TILE_P), -(-n // cfg.TILE_N))
+        grid = state_grid(2 * b * h, p, n, cfg)
         step = forward.walk_step(cfg, nchunks)
         args = (*arrays, h, h // g, chunk_size, cfg.TILE_P, cfg.TILE_N, has_init, has_dfinal)
         args += (x.dtype == torch.float32, cfg.latency, step, *seq_idx_args(seq_idx, dt_out, step * chunk_size))
@@ -93,8 +95,8 @@ def default_walks_config(
         return StateConfig()
     if pairs >= MANY_PAIRS:
         return StateConfig(TILE_P=32, TILE_N=128, latency=4, occupancy=4, chunks_per_step=1)
-    programs = 2 * pairs * -(-headdim // 64) * -(-dstate // 32)
-    return StateConfig(TILE_P=64, TILE_N=32, latency=4, occupancy=2 if programs <= 2 * sms else 4, chunks_per_step=2)
+    walk = StateConfig(TILE_P=64, TILE_N=32, latency=4, occupancy=2, chunks_per_step=2)
+    return walk if math.prod(state_grid(2 * pairs, headdim, dstate, walk)) <= 2 * sms else replace(walk, occupancy=4)
 
 
 WALK_MODES = ("aside", "one stream", "one launch")
