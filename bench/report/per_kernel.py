@@ -15,7 +15,8 @@ from bench.report.format import cell, ordered, pct, ratio, table
 from bench.report.kernels import MODE_NAMES, kernel_keys, shape_key, shape_text, varying
 from bench.report.series import label, pool
 
-OTHER = "other kernels"  # the call's kernels' summed time less that of the kernels its record lists
+OTHER = "other kernels"  # the call's kernels' summed time less that of the kernels shown
+SHOWN = 8  # a record's largest kernels shown on their own rows; the rest count as OTHER
 
 
 def traffic() -> ModuleType:
@@ -43,9 +44,10 @@ def shown_names(names: Iterable[str]) -> dict[str, str]:
 
 
 def per_kernel_figures(rec: dict, base: dict | None, run: dict) -> dict[tuple[str, str], float | None]:
-    """(kernel, figure) -> value for each kernel in the record's top_kernels_ms: "ms" per call and, for a cuTile
-    stage, "floor_MB", "floor_us" (at the run's copy ceiling) and "of_floor" (floor over measured)."""
-    top = rec.get("top_kernels_ms") or {}
+    """(kernel, figure) -> value for each of the SHOWN largest kernels of the record's top_kernels_ms: "ms" per call
+    and, for a cuTile stage, "floor_MB", "floor_us" (at the run's copy ceiling) and "of_floor" (floor over measured);
+    (OTHER, "ms") for the rest of the call's kernels."""
+    top = dict(sorted((rec.get("top_kernels_ms") or {}).items(), key=lambda kv: -kv[1])[:SHOWN])
     launches = rec.get("kernel_launches") or {}  # per call; a listed kernel absent from it launched once
     out: dict[tuple[str, str], float | None] = {}
     for name, ms in top.items():
@@ -58,7 +60,7 @@ def per_kernel_figures(rec: dict, base: dict | None, run: dict) -> dict[tuple[st
             floor_us = ratio(moved / 1e3, run.get("ceilings", {}).get("copy_GBps"))
             out |= {(name, "floor_MB"): moved / 1e6, (name, "floor_us"): floor_us}
             out[(name, "of_floor")] = ratio(floor_us, ms * 1e3)
-    listed = round(sum(launches.get(name, 1) for name in top))  # launches per call of the listed kernels
+    listed = round(sum(launches.get(name, 1) for name in top))  # launches per call of the kernels shown
     summed = rec.get("gpu_kernel_sum_ms", rec.get("gpu_ms"))  # older records: one stream, GPU time is the sum
     if top and rec.get("kernels_per_call", 0) > listed and summed is not None:
         out[(OTHER, "ms")] = max(0.0, summed - sum(top.values()))
@@ -93,8 +95,8 @@ def per_kernel_section(runs: list[dict]) -> str:
     lines = [
         "### GPU time per kernel",
         "",
-        "GPU ms per call of each kernel a record lists (`top_kernels_ms`: torch.profiler's largest kernels of the "
-        f"call; *{OTHER}*: the call's kernels' summed time less theirs, where it launched more). cuTile kernels go by "
+        f"GPU ms per call of the {SHOWN} largest kernels a record lists (`top_kernels_ms`: torch.profiler's largest "
+        f"kernels of the call; *{OTHER}*: the call's kernels' summed time less theirs, where it launched more). cuTile kernels go by "
         "their stage (kernels/cutile/*STAGE*.py) and, where a stage ran in several specializations, the constants that "
         "differ (Q: the chunk size); others by their function and the functor or template argument they were "
         "built with (kernels whose names shorten alike summed in the JSON; #1, #2 where older JSON kept them "

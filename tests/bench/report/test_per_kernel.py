@@ -86,6 +86,17 @@ def test_report_renders_gpu_time_per_kernel_and_the_memory_floor(tmp_path):
     assert "No per-kernel GPU times in the JSON (`top_kernels_ms`)." in (tmp_path / "BENCHMARKS.md").read_text()
 
 
+def test_a_records_largest_kernels_show_and_the_rest_count_as_other():
+    from bench.report.per_kernel import OTHER, SHOWN, per_kernel_figures
+
+    top = {f"k{i}": 0.01 * (i + 1) for i in range(SHOWN + 3)}  # k0 smallest
+    rec = {"top_kernels_ms": top, "kernels_per_call": len(top) + 2, "gpu_kernel_sum_ms": sum(top.values()) + 0.5}
+    figures = per_kernel_figures(rec, None, {})
+    shown = {name for name, fig in figures if name != OTHER}
+    assert shown == {f"k{i}" for i in range(3, SHOWN + 3)}
+    assert abs(figures[(OTHER, "ms")] - (0.01 + 0.02 + 0.03 + 0.5)) < 1e-9
+
+
 def test_json_keeps_cutile_stages_by_full_name_and_others_by_short_name_summed():
     from bench.kernel_names import by_listed_name, short_name
 
