@@ -12,7 +12,7 @@ from bench.report.kernels import MODE_NAMES, SHAPE_NAMES, kernel_keys, varying
 from bench.report.series import Pool
 
 DPI = 100  # pixels per inch of figure: the smallest at which the 6-point tick labels stay legible
-COLORS = 64  # the palette a plot is quantized to: its few flat colours and their anti-aliased edges
+COLORS = 16  # the palette a plot is quantized to: its few flat colours and their anti-aliased edges
 
 
 def pyplot() -> tuple[ModuleType, ModuleType]:
