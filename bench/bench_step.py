@@ -257,7 +257,7 @@ def parse_run_arguments(ap: argparse.ArgumentParser, argv: list[str] | None) -> 
 
 PROFILE_MIN_MS = 0.25  # a kernel below this many ms per step is summed into OTHER_KERNELS in a record's profile
 OTHER_KERNELS = "other kernels"
-IDLE_PAIRS = 8  # a record's profile keeps the idle time between this many kernel pairs, the largest
+IDLE_PAIRS = 4  # a record's profile keeps the idle time between this many kernel pairs, the largest
 
 
 def step_profile(prof: dict) -> dict:
