@@ -47,7 +47,8 @@ def per_kernel_figures(rec: dict, base: dict | None, run: dict) -> dict[tuple[st
     """(kernel, figure) -> value for each of the SHOWN largest kernels of the record's top_kernels_ms: "ms" per call
     and, for a cuTile stage, "floor_MB", "floor_us" (at the run's copy ceiling) and "of_floor" (floor over measured);
     (OTHER, "ms") for the rest of the call's kernels."""
-    top = dict(sorted((rec.get("top_kernels_ms") or {}).items(), key=lambda kv: -kv[1])[:SHOWN])
+    listed_ms = rec.get("top_kernels_ms") or {}
+    top = dict(sorted(listed_ms.items(), key=lambda kv: -kv[1])[:SHOWN])
     launches = rec.get("kernel_launches") or {}  # per call; a listed kernel absent from it launched once
     out: dict[tuple[str, str], float | None] = {}
     for name, ms in top.items():
@@ -62,7 +63,7 @@ def per_kernel_figures(rec: dict, base: dict | None, run: dict) -> dict[tuple[st
             out[(name, "of_floor")] = ratio(floor_us, ms * 1e3)
     listed = round(sum(launches.get(name, 1) for name in top))  # launches per call of the kernels shown
     summed = rec.get("gpu_kernel_sum_ms", rec.get("gpu_ms"))  # older records: one stream, GPU time is the sum
-    if top and rec.get("kernels_per_call", 0) > listed and summed is not None:
+    if top and (rec.get("kernels_per_call", 0) > listed or len(top) < len(listed_ms)) and summed is not None:
         out[(OTHER, "ms")] = max(0.0, summed - sum(top.values()))
     return out
 
