@@ -54,7 +54,12 @@ def packed_seq_idx(kind: str, batch: int, seqlen: int, device: torch.device | st
     """seq_idx (batch, seqlen) int32 of documents of `kind` packed into rows, or None for "none"."""
     if kind == "none":
         return None
-    lengths = document_lengths(kind, batch * seqlen, seed)
+    return packed(document_lengths(kind, batch * seqlen, seed), batch, seqlen, device)
+
+
+def packed(lengths: list[int], batch: int, seqlen: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """seq_idx (batch, seqlen) int32 of documents of `lengths` (adding up to at least batch * seqlen tokens) packed
+    into rows, each row counting its documents from 0."""
     doc = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))[: batch * seqlen]
     rows = doc.reshape(batch, seqlen)
     return (rows - rows[:, :1]).to(device=device, dtype=torch.int32)

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 import kernels
-from bench.documents import DOCUMENTS, packed_seq_idx
+from bench.documents import DOCUMENTS, packed, packed_seq_idx
 from bench.inputs import rel_err
 from bench.timing import gpu_kernel_ms
 from bench.variants import load_variant
@@ -60,9 +60,7 @@ def load(layer: str, path: str | None) -> types.ModuleType:
 
 def check_seq_idx(b: int, l: int, device: str) -> torch.Tensor:
     """seq_idx (b, l) int32 of CHECK_LENGTHS's documents packed in a cycle, each row counting from 0."""
-    lengths = torch.tensor(CHECK_LENGTHS).repeat(1 + b * l // sum(CHECK_LENGTHS))
-    doc = torch.repeat_interleave(torch.arange(len(lengths)), lengths)[: b * l].reshape(b, l)
-    return (doc - doc[:, :1]).to(device=device, dtype=torch.int32)
+    return packed(list(CHECK_LENGTHS) * (1 + b * l // sum(CHECK_LENGTHS)), b, l, device)
 
 
 def inputs(layer: str, dtype: torch.dtype, b: int, l: int, seed: int, device: str = "cuda") -> dict[str, torch.Tensor]:
