@@ -15,8 +15,9 @@ clipping. Variants (--backends):
                             PyTorch ones (triton+conv+norm: both); subtraction pairs it with the standin of the same
 
 Warm-up steps (compilation, autotuning) are timed on their own, then steady-state steps alternate
-between variants; a variant that fails in warm-up is left out of the cell with its error recorded (and printed
-as one line), the others are measured. Per step (bench.step): total, forward, backward and optimizer
+between variants, each timed step right after an untimed one of its own (bench.step.alternate); a variant
+that fails in warm-up is left out of the cell with its error recorded (and printed as one line), the others
+are measured. Per step (bench.step): total, forward, backward and optimizer
 time, the SSD's own forward and backward time inside it (eager only: compiled graphs have no SSD
 marks), tokens/s, peak memory (the process's, every variant resident, and own_peak_gib: the variant's
 parameters, gradients and optimizer state plus what its step allocated above the step's start, i.e. its

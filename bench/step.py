@@ -84,13 +84,17 @@ def warm_up(steps: dict[str, Step], batches: list[torch.Tensor], count: int, dev
 def alternate(
     steps: dict[str, Step], batches: list[torch.Tensor], count: int, device, timed: bool = True
 ) -> tuple[float, dict[str, list]]:
-    """`count` rounds, each step once per round in turn (drift hits each alike): ms of the whole loop, and
-    each step's marks (StepMarks when `timed`, else None) to read afterwards."""
+    """`count` rounds, each step twice per round in turn (drift hits each alike), the second call timed: a timed
+    step follows a step of its own, as in training, never another variant's, whose work can run on into the
+    next step's span (docs/measuring.md). Returns ms of the whole loop, and each step's marks (StepMarks of its
+    second calls when `timed`, else None) to read afterwards."""
     marks: dict[str, list] = {name: [] for name in steps}
     start = Mark(torch.device(device))
     for i in range(count):
+        batch = batches[i % len(batches)]
         for name, step in steps.items():
-            marks[name].append(step(batches[i % len(batches)], timed=timed))
+            step(batch, timed=False)  # the lead-in
+            marks[name].append(step(batch, timed=timed))
     end = Mark(torch.device(device))
     end.synchronize()
     return start.ms_until(end), marks

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import kernels
-from bench.step import TimedStep
+from bench.step import TimedStep, alternate
 from bench.timing import graph_replay
 from lightning_modules.step_marks import Lagged, StepMarks
 from model.mamba2 import Mamba2Config, Mamba2LM, next_token_loss
@@ -80,6 +80,28 @@ def test_timed_step_trains_and_keeps_each_steps_own_ssd_time():
     floats = 4 * sum(p.numel() for p in params) * 4  # parameter, gradient, exp_avg, exp_avg_sq
     steps = sum(s["step"].untyped_storage().nbytes() for s in opt.state.values())
     assert step.resident_gib() * 2**30 == floats + steps
+
+
+def test_alternate_times_each_step_right_after_one_of_its_own():
+    calls = []
+
+    def step(name):
+        def run(batch, timed=True):
+            calls.append((name, int(batch), timed))
+            return _marks(0) if timed else None
+
+        return run
+
+    batches = [torch.tensor(i) for i in range(3)]
+    _, marks = alternate({"a": step("a"), "b": step("b")}, batches, 4, CPU)
+    assert [len(m) for m in marks.values()] == [4, 4]
+    assert len(calls) == 16
+    for prev, this in zip(calls[::2], calls[1::2]):  # an untimed lead-in, then the same step timed on the same batch
+        assert (prev[0], prev[1], prev[2], this[2]) == (this[0], this[1], False, True)
+    assert [c[0] for c in calls[1::2]] == ["a", "b"] * 4  # the variants still alternate round by round
+    assert [c[1] for c in calls[1::2]] == [0, 0, 1, 1, 2, 2, 0, 0]
+    _, plain = alternate({"a": step("a")}, batches, 2, CPU, timed=False)
+    assert plain == {"a": [None, None]} and all(not c[2] for c in calls[16:])
 
 
 def test_code_fingerprint_names_the_code_not_its_caches(tmp_path):
