@@ -4,7 +4,8 @@ One process per GPU, spawned here (on a machine without GPUs: processes on the C
 run). Each variant's model is built as bench_step builds it (bench.bench_step.load_module: configs/<name>.yaml
 as train.py builds it, the same initial weights, fused AdamW, gradient clipping, bf16 autocast on a GPU,
 compiled in place when the mode is `compile`). After timed warm-up, every process times three steps on its
-own batches, alternating step by step so that drift hits each alike:
+own batches, alternating step by step so that drift hits each alike (each timed step after an untimed one of
+its own, bench.step.alternate):
 
     single    the plain model, no communication: the 1-GPU step (every rank times its own, at the same time)
     ddp       the model in DistributedDataParallel (Lightning's settings: 25 MB buckets, built on the current
