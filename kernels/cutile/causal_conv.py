@@ -59,13 +59,13 @@ def _document(seq_idx, bi, t, HAS_SEQ_IDX: ConstBool):
 
 def _shifted(x, seq_idx, bi, t, doc, ch, K: ConstInt, j: ConstInt, HAS_SEQ_IDX: ConstBool):
     """Tap j's rows x[s], s = t - (K - 1) + j, at tokens t (TILE_T, 1), channels ch (1, TILE_C), in fp32; with
-    HAS_SEQ_IDX zero where seq_idx[s] differs from doc, the ids of the tokens t (a select after the load: a load
-    masked by the ids would wait for them)."""
+    HAS_SEQ_IDX zero where seq_idx[s] differs from doc, the ids of the tokens t."""
     s = t - (K - 1) + j
-    rows = ct.gather(x, (bi, s, ch)).astype(ct.float32)
     if HAS_SEQ_IDX:
-        rows = ct.where(ct.gather(seq_idx, (bi, s)) == doc, rows, 0.0)
-    return rows
+        rows = ct.gather(x, (bi, s, ch), mask=ct.gather(seq_idx, (bi, s)) == doc)
+    else:
+        rows = ct.gather(x, (bi, s, ch))
+    return rows.astype(ct.float32)
 
 
 def _own(x, bi, ti, cj, TILE_T: ConstInt, TILE_C: ConstInt):
@@ -332,10 +332,11 @@ def conv_bwd_dx_kernel(
     # sequence end reads as zero
     for m in range(K):
         w = ct.gather(weight, (ch, K - 1 - m)).astype(ct.float32)
-        rows = ct.gather(gv, (bi, t + m, ch)).astype(ct.float32)
-        if HAS_SEQ_IDX and m > 0:  # a select after the load, as `_shifted`
-            rows = ct.where(ct.gather(seq_idx, (bi, t + m)) == doc, rows, 0.0)
-        acc = acc + w * rows
+        if HAS_SEQ_IDX and m > 0:
+            rows = ct.gather(gv, (bi, t + m, ch), mask=ct.gather(seq_idx, (bi, t + m)) == doc)
+        else:
+            rows = ct.gather(gv, (bi, t + m, ch))
+        acc = acc + w * rows.astype(ct.float32)
     ct.store(dx, index=(bi, ti, cj), tile=acc.astype(dx.dtype).reshape((1, TILE_T, TILE_C)))
 
 
