@@ -57,14 +57,6 @@ def _document(seq_idx, bi, t, HAS_SEQ_IDX: ConstBool):
     return ct.gather(seq_idx, (bi, t)) if HAS_SEQ_IDX else t
 
 
-def _one_document(seq_idx, bi, t0, first: ConstInt, last: ConstInt, HAS_SEQ_IDX: ConstBool):
-    """Whether tokens t0 + first .. t0 + last lie in one document (False without HAS_SEQ_IDX: never asked; ids
-    read past the row as zero, which at worst takes the masked path)."""
-    if HAS_SEQ_IDX:
-        return ct.gather(seq_idx, (bi, t0 + first)) == ct.gather(seq_idx, (bi, t0 + last))
-    return False
-
-
 def _shifted(x, seq_idx, bi, t, doc, ch, K: ConstInt, j: ConstInt, HAS_SEQ_IDX: ConstBool):
     """Tap j's rows x[s], s = t - (K - 1) + j, at tokens t (TILE_T, 1), channels ch (1, TILE_C), in fp32; with
     HAS_SEQ_IDX zero where seq_idx[s] differs from doc, the ids of the tokens t."""
@@ -105,30 +97,12 @@ def _tap(
     return _shifted(x, seq_idx, bi, t, doc, ch, K, j, HAS_SEQ_IDX)
 
 
-def _taps(x, seq_idx, bi, ti, cj, t, doc, ch, K: ConstInt, TILE_T: ConstInt, TILE_C: ConstInt, HAS_SEQ_IDX: ConstBool):
-    """The four taps' rows of tile (bi, ti, cj) (`_tap`)."""
-    x0 = _tap(x, seq_idx, bi, ti, cj, t, doc, ch, K, 0, TILE_T, TILE_C, HAS_SEQ_IDX)
-    x1 = _tap(x, seq_idx, bi, ti, cj, t, doc, ch, K, 1, TILE_T, TILE_C, HAS_SEQ_IDX)
-    x2 = _tap(x, seq_idx, bi, ti, cj, t, doc, ch, K, 2, TILE_T, TILE_C, HAS_SEQ_IDX)
-    x3 = _tap(x, seq_idx, bi, ti, cj, t, doc, ch, K, 3, TILE_T, TILE_C, HAS_SEQ_IDX)
-    return x0, x1, x2, x3
-
-
-def _tap_sum(v, x, weight, seq_idx, bi, t, doc, ch, K: ConstInt, HAS_SEQ_IDX: ConstBool):
-    """v plus every tap's weighted rows (`_shifted`)."""
-    for j in range(K):
-        w = ct.gather(weight, (ch, j)).astype(ct.float32)
-        v = v + w * _shifted(x, seq_idx, bi, t, doc, ch, K, j, HAS_SEQ_IDX)
-    return v
-
-
 def _preactivation(
     x,
     weight,
     bias,
     seq_idx,
     bi,
-    t0,
     t,
     ch,
     K: ConstInt,
@@ -141,13 +115,10 @@ def _preactivation(
     v = ct.zeros((TILE_T, TILE_C), dtype=ct.float32)
     if HAS_BIAS:
         v = v + ct.gather(bias, ch).astype(ct.float32)
-    if HAS_SEQ_IDX:
-        if _one_document(seq_idx, bi, t0, -(K - 1), TILE_T - 1, HAS_SEQ_IDX):
-            v = _tap_sum(v, x, weight, seq_idx, bi, t, t, ch, K, False)
-        else:
-            v = _tap_sum(v, x, weight, seq_idx, bi, t, _document(seq_idx, bi, t, True), ch, K, True)
-    else:
-        v = _tap_sum(v, x, weight, seq_idx, bi, t, t, ch, K, False)
+    doc = _document(seq_idx, bi, t, HAS_SEQ_IDX)
+    for j in range(K):
+        w = ct.gather(weight, (ch, j)).astype(ct.float32)
+        v = v + w * _shifted(x, seq_idx, bi, t, doc, ch, K, j, HAS_SEQ_IDX)
     return v
 
 
@@ -172,7 +143,7 @@ def conv_fwd_kernel(
     ti = ct.bid(1)
     cj = ct.bid(2)
     t, ch = _rows(ti * TILE_T, TILE_T, cj * TILE_C, TILE_C)
-    v = _preactivation(x, weight, bias, seq_idx, bi, ti * TILE_T, t, ch, K, TILE_T, TILE_C, HAS_BIAS, HAS_SEQ_IDX)
+    v = _preactivation(x, weight, bias, seq_idx, bi, t, ch, K, TILE_T, TILE_C, HAS_BIAS, HAS_SEQ_IDX)
     out = (v / (1.0 + ct.exp(-v))).astype(y0.dtype).reshape((1, TILE_T, TILE_C))
     # the program's part (a program-uniform branch): its output at the part's own column block
     if cj < end0:
@@ -216,15 +187,12 @@ def _gv_segment(
     for s in range(n):
         ti = si * steps + s
         t = ti * TILE_T + ct.arange(TILE_T, dtype=ct.int32).reshape((TILE_T, 1))
-        # tap K - 1 (x3 at K = 4) is the tile load; a tile inside one document takes the taps unmasked
-        if HAS_SEQ_IDX:
-            if _one_document(seq_idx, bi, ti * TILE_T, -(K - 1), TILE_T - 1, HAS_SEQ_IDX):
-                x0, x1, x2, x3 = _taps(x, seq_idx, bi, ti, cj, t, t, ch, K, TILE_T, TILE_C, False)
-            else:
-                doc = _document(seq_idx, bi, t, True)
-                x0, x1, x2, x3 = _taps(x, seq_idx, bi, ti, cj, t, doc, ch, K, TILE_T, TILE_C, True)
-        else:
-            x0, x1, x2, x3 = _taps(x, seq_idx, bi, ti, cj, t, t, ch, K, TILE_T, TILE_C, False)
+        doc = _document(seq_idx, bi, t, HAS_SEQ_IDX)
+        # tap K - 1 (x3 at K = 4) is the tile load
+        x0 = _tap(x, seq_idx, bi, ti, cj, t, doc, ch, K, 0, TILE_T, TILE_C, HAS_SEQ_IDX)
+        x1 = _tap(x, seq_idx, bi, ti, cj, t, doc, ch, K, 1, TILE_T, TILE_C, HAS_SEQ_IDX)
+        x2 = _tap(x, seq_idx, bi, ti, cj, t, doc, ch, K, 2, TILE_T, TILE_C, HAS_SEQ_IDX)
+        x3 = _tap(x, seq_idx, bi, ti, cj, t, doc, ch, K, 3, TILE_T, TILE_C, HAS_SEQ_IDX)
         v = b0 + w0 * x0 + w1 * x1 + w2 * x2 + w3 * x3
         sg = 1.0 / (1.0 + ct.exp(-v))
         g = _own(dy, bi, ti, lj, TILE_T, TILE_C) * sg * (1.0 + v * (1.0 - sg))  # zero past the end
@@ -343,21 +311,6 @@ def conv_bwd_gv_kernel(
         )
 
 
-def _dx_sum(
-    gv, weight, seq_idx, bi, t, doc, ch, K: ConstInt, TILE_T: ConstInt, TILE_C: ConstInt, HAS_SEQ_IDX: ConstBool
-):
-    """Σ_m w[:, K - 1 - m] · gv[t + m] in fp32 (TILE_T, TILE_C); with HAS_SEQ_IDX only the outputs in doc."""
-    acc = ct.zeros((TILE_T, TILE_C), dtype=ct.float32)
-    for m in range(K):
-        w = ct.gather(weight, (ch, K - 1 - m)).astype(ct.float32)
-        if HAS_SEQ_IDX and m > 0:
-            rows = ct.gather(gv, (bi, t + m, ch), mask=ct.gather(seq_idx, (bi, t + m)) == doc)
-        else:
-            rows = ct.gather(gv, (bi, t + m, ch))
-        acc = acc + w * rows.astype(ct.float32)
-    return acc
-
-
 @ct.kernel
 def conv_bwd_dx_kernel(
     gv,  # (b, l, c) the pre-activation's gradient (conv_bwd_gv_kernel), last stride 1
@@ -373,15 +326,17 @@ def conv_bwd_dx_kernel(
     ti = ct.bid(1)
     cj = ct.bid(2)
     t, ch = _rows(ti * TILE_T, TILE_T, cj * TILE_C, TILE_C)
-    # dx[t] = Σ_m w[:, K - 1 - m] · gv[t + m], over the outputs t + m of t's document (with HAS_SEQ_IDX; a tile whose
-    # outputs lie in one document takes them unmasked); gv past the sequence end reads as zero
-    if HAS_SEQ_IDX:
-        if _one_document(seq_idx, bi, ti * TILE_T, 0, TILE_T + K - 2, HAS_SEQ_IDX):
-            acc = _dx_sum(gv, weight, seq_idx, bi, t, t, ch, K, TILE_T, TILE_C, False)
+    doc = _document(seq_idx, bi, t, HAS_SEQ_IDX)
+    acc = ct.zeros((TILE_T, TILE_C), dtype=ct.float32)
+    # dx[t] = Σ_m w[:, K - 1 - m] · gv[t + m], over the outputs t + m of t's document (with HAS_SEQ_IDX); gv past the
+    # sequence end reads as zero
+    for m in range(K):
+        w = ct.gather(weight, (ch, K - 1 - m)).astype(ct.float32)
+        if HAS_SEQ_IDX and m > 0:
+            rows = ct.gather(gv, (bi, t + m, ch), mask=ct.gather(seq_idx, (bi, t + m)) == doc)
         else:
-            acc = _dx_sum(gv, weight, seq_idx, bi, t, _document(seq_idx, bi, t, True), ch, K, TILE_T, TILE_C, True)
-    else:
-        acc = _dx_sum(gv, weight, seq_idx, bi, t, t, ch, K, TILE_T, TILE_C, False)
+            rows = ct.gather(gv, (bi, t + m, ch))
+        acc = acc + w * rows.astype(ct.float32)
     ct.store(dx, index=(bi, ti, cj), tile=acc.astype(dx.dtype).reshape((1, TILE_T, TILE_C)))
 
 
