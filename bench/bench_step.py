@@ -24,7 +24,8 @@ parameters, gradients and optimizer state plus what its step allocated above the
 peak alone in a process; not under CUDA graphs), MFU with the FLOP count it uses. The marks are read after the loop,
 so measuring does not synchronize the steps it measures; the same loop without any marks, run before and
 after it, gives the timer's own cost (timer_cost: the marked loop over the mean of the two, so that a first
-loop's or a drifting GPU's cost does not land on the timer; timer_loops_ms holds the three). --profile adds
+loop's or a drifting GPU's cost does not land on the timer; timer_loops_ms holds the three). The lead-ins run
+unmarked, so per timed step the timer costs about 2 x timer_cost. --profile adds
 each variant's GPU time (busy, and idle between its kernels, split by the kernels around each gap) and kernel
 launches per step, and each kernel's time per step by the name BENCHMARKS.md shows (step_profile: those under
 0.25 ms summed).
