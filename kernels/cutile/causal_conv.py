@@ -370,12 +370,12 @@ DEFAULT_FWD, DEFAULT_BWD, DEFAULT_DX = ConvConfig(32, 128, 1, 4), ConvConfig(8, 
 
 def fwd_space() -> list[ConvConfig]:
     """The forward's configurations tuning times."""
-    return [DEFAULT_FWD, ConvConfig(16, 128, 1, 8), ConvConfig(16, 64, 1, 8), ConvConfig(16, 128, 1, 4)]
+    return [ConvConfig(tt, tc, 1, occupancy) for tt, tc in FWD_TILES for occupancy in FWD_OCCUPANCY]
 
 
 def dx_space() -> list[ConvConfig]:
     """The backward's dx kernel's configurations tuning times: the forward's tiles, no hint."""
-    return [DEFAULT_DX, ConvConfig(16, 128, 1, 4), ConvConfig(16, 128, 1, 8), ConvConfig(16, 64, 1, 8), ConvConfig(32, 64, 1, 4)]
+    return [ConvConfig(tt, tc) for tt, tc in FWD_TILES]
 
 
 def bwd_space() -> list[ConvConfig]:
@@ -609,7 +609,7 @@ def _conv_bwd_sums(
 
     def spec_dx(cfg: ConvConfig):
         grid = (b, -(-l // cfg.TILE_T), -(-c // cfg.TILE_C))
-        return grid, with_hints(conv_bwd_dx_kernel, cfg.occupancy), (gv, w32, ids, dx, k, cfg.TILE_T, cfg.TILE_C, docs)
+        return grid, conv_bwd_dx_kernel, (gv, w32, ids, dx, k, cfg.TILE_T, cfg.TILE_C, docs)
 
     cfg = launch("conv_bwd", key, DEFAULT_BWD, space_gv, spec_gv, x.device)
     launch("conv_bwd_dx", _key(x, k, seq_idx), DEFAULT_DX, dx_space, spec_dx, x.device)

@@ -135,13 +135,12 @@ DEFAULT_FWD, DEFAULT_BWD = NormConfig(4, 512, 8), NormConfig(32, 128, 4)
 
 def fwd_space() -> list[NormConfig]:
     """The forward's configurations tuning times."""
-    return [DEFAULT_FWD, NormConfig(2, 512, 8), NormConfig(2, 256, 8), NormConfig(2, 512, 4), NormConfig(4, 256, 8)]
+    return [NormConfig(tt, td, occ) for tt, td in FWD_TILES for occ in FWD_OCCUPANCY]
 
 
 def bwd_space() -> list[NormConfig]:
     """The backward's configurations tuning times."""
-    extra = [(4, 256, 8), (4, 512, 8), (8, 128, 8), (8, 256, 8), (16, 128, 8), (4, 256, 4), (4, 512, 4), (8, 128, 4)]
-    return [DEFAULT_BWD, *(NormConfig(*c) for c in extra)]
+    return [NormConfig(tt, td, occ) for tt, td in BWD_TILES for occ in BWD_OCCUPANCY]
 
 
 def aot_signatures() -> Iterator[Specialization]:
