@@ -27,10 +27,20 @@ GPU_BACKENDS = ("cutile", "triton")
 INSTALL_HINTS = {"cutile": "pip install 'cuda-tile[tileiras]'", "triton": "install mamba_ssm 2.3.2.post1 and triton"}
 
 
-@functools.cache
+_IMPLEMENTATIONS: dict[str, Callable] = {}  # backend name -> its function, imported on first use
+
+
 def implementation(name: str) -> Callable:
     """The function of backend `name`, with kernels.ssd's signature up to seq_idx, positionally (cutile: and
-    backward after it)."""
+    backward after it). Remembered in a plain dict: kernels.ssd calls this inside compiled graphs, where Dynamo
+    traces a dict lookup silently but warns at every functools.cache wrapper."""
+    fn = _IMPLEMENTATIONS.get(name)
+    if fn is None:
+        fn = _IMPLEMENTATIONS[name] = _import(name)
+    return fn
+
+
+def _import(name: str) -> Callable:
     if name == "torch":
         from kernels.reference import ssd_chunked
 
