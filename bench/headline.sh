@@ -12,6 +12,10 @@
 #                                       # per kernel, into step_<gpu>_boundaries (h200, h100, ...: nvidia-smi's name)
 #   bench/headline.sh tuning [N]        # that step with the shipped cuTile table against a fresh search, processes
 #                                       # alternating, into tuning_<gpu>_{search,shipped,fresh}
+#   bench/headline.sh long [N]          # configs/long.yaml through train.py (bench/curves.py), the three SSD variants,
+#                                       # into long_<L>_<gpu>: SEQ=65536 (default: batch 1, 200 steps), SEQ=16384
+#                                       # (batch 4, 200 steps) or SEQ=131072 (batch 1, 30 steps; CHECKPOINT=1 adds
+#                                       # checkpoint_layers, for a GPU it does not fit without)
 #   bench/headline.sh report            # render what results/ holds (no GPU needed): BENCHMARKS.md's command
 #
 # Backends alternate within each process; cuTile and Triton are both tuned and warmed before timing. Each
@@ -26,7 +30,7 @@
 # README.md are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: bench/headline.sh kernels|step|step_graphs|step_layers|step_l8192|sweep|boundaries|tuning|report}
+part=${1:?usage: bench/headline.sh kernels|step|step_graphs|step_layers|step_l8192|sweep|boundaries|tuning|long|report}
 results=${RESULTS:-results}
 kernels_series=kernels_h200_headline
 step_series=step_h200_compiled
@@ -43,11 +47,13 @@ case $only in "" | 1 | 2 | 3) ;; *) echo "bench/headline.sh: process number must
 run3() {  # run3 SERIES COMMAND...: processes 1-3 (or only $only); 1 writes SERIES.json, N SERIES_run<N>.json
     local series=$1
     shift
+    local i cut=$#  # --out goes before a `--` (the arguments after it are the command's to pass on), else last
+    for ((i = 1; i <= $#; i++)); do [ "${!i}" = -- ] && cut=$((i - 1)) && break; done
     for n in ${only:-1 2 3}; do
         local out="$results/$series.json"
         [ "$n" = 1 ] || out="$results/${series}_run$n.json"
         local start=$SECONDS
-        "$@" --out "$out"
+        "${@:1:cut}" --out "$out" "${@:cut+1}"
         echo "headline: $series process $n took $((SECONDS - start)) s" >&2
     done
 }
@@ -130,6 +136,23 @@ tuning)
         echo "headline: tuning_${gpu} pair $n took $((SECONDS - start)) s" >&2
     done
     ;;
+long)
+    # one process: cuTile + cuTile backward, Triton, the seed's design (cuTile forward, reference backward), one
+    # train.py run each, one after the other; L 65536 takes about 10 minutes a process on an H200 (docs/training.md)
+    gpu=$(gpu_model)
+    seq=${SEQ:-65536}
+    case $seq in
+    16384) shape=(--steps 200 -- --data.seq_len=16384 --data.batch_size=4) ;;
+    65536) shape=(--steps 200 --) ;;
+    131072) shape=(--steps 30 -- --data.seq_len=131072 --data.val_fraction=0.1) ;;
+    *) echo "bench/headline.sh: SEQ must be 16384, 65536 or 131072" >&2 && exit 2 ;;
+    esac
+    [ "${CHECKPOINT:-0}" = 1 ] && shape+=(--model.config.checkpoint_layers=true)
+    run3 "long_${seq}_${gpu}" python -m bench.curves --config configs/long.yaml \
+        --run cutile=--model.config.ssd_backend=cutile,--model.config.ssd_backward=cutile \
+        --run triton=--model.config.ssd_backend=triton,--model.config.ssd_backward=reference \
+        --run cutile_reference=--model.config.ssd_backend=cutile,--model.config.ssd_backward=reference "${shape[@]}"
+    ;;
 sweep)
     precompile sweep --modes fwd --no-triton
     run3 "$sweep_series" python -m bench.bench_kernels --shapes sweep --backends cutile,triton --modes fwd --autotune
@@ -150,7 +173,7 @@ report)
     ;;
 *)
     echo "bench/headline.sh: unknown part '$part'; use kernels, step, step_graphs, step_layers, step_l8192, sweep," \
-        "boundaries, tuning or report" >&2
+        "boundaries, tuning, long or report" >&2
     exit 2
     ;;
 esac

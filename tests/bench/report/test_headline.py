@@ -52,3 +52,39 @@ def test_headline_block_is_written_only_into_a_readme_with_its_markers(tmp_path)
     readme.write_text("a\n<!-- headline:start -->\nold\n<!-- headline:end -->\nb\n")
     assert inject_headline(readme, "new \\1 block")  # the text is inserted as is, not as a regex template
     assert readme.read_text() == "a\n<!-- headline:start -->\nnew \\1 block\n<!-- headline:end -->\nb\n"
+
+
+def fake_tools(bin_dir, log):
+    """A `python` that records its arguments (one line per call) and an `nvidia-smi` naming an H200, first on PATH."""
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text(f'#!/bin/sh\necho "$*" >> {log}\n')
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA H200'\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_long_part_runs_the_three_variants_with_its_output_before_the_train_arguments(tmp_path):
+    """bench/headline.sh long: bench.curves' --out lands before `--` (after it, train.py would get it), one process
+    per N, the shape's batch and steps, checkpointing only when asked; an unknown SEQ is refused."""
+    log = tmp_path / "calls.txt"
+    env = {**fake_tools(tmp_path / "bin", log), "RESULTS": str(tmp_path)}
+    headline = ["bash", "bench/headline.sh", "long"]
+    done = subprocess.run([*headline, "2"], cwd=ROOT, env={**env, "SEQ": "16384"}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    (call,) = log.read_text().splitlines()
+    own, train = call.split(" -- ")
+    assert own.startswith("-m bench.curves --config configs/long.yaml") and "--steps 200" in own
+    assert own.endswith(f"--out {tmp_path}/long_16384_h200_run2.json")
+    assert own.count("--run ") == 3 and "cutile_reference=" in own
+    assert train == "--data.seq_len=16384 --data.batch_size=4"
+    log.unlink()
+    env = {**env, "SEQ": "131072", "CHECKPOINT": "1"}
+    assert subprocess.run(headline, cwd=ROOT, env=env, capture_output=True).returncode == 0
+    calls = log.read_text().splitlines()
+    assert [c.split(" -- ")[0].rsplit(" ", 1)[1] for c in calls] == [
+        f"{tmp_path}/long_131072_h200{suffix}.json" for suffix in ("", "_run2", "_run3")
+    ]
+    assert all(c.endswith("--data.val_fraction=0.1 --model.config.checkpoint_layers=true") for c in calls)
+    bad = subprocess.run(headline, cwd=ROOT, env={**env, "SEQ": "4096"}, capture_output=True, text=True)
+    assert bad.returncode == 2 and "SEQ must be" in bad.stderr
