@@ -138,7 +138,8 @@ tuning)
     ;;
 long)
     # one process: cuTile + cuTile backward, Triton, the seed's design (cuTile forward, reference backward), one
-    # train.py run each, one after the other; L 65536 takes about 10 minutes a process on an H200 (docs/training.md)
+    # train.py run each, one after the other; at L 65536 on an H200 the first two took 335 s of a process, the
+    # seed's design is not timed there yet
     gpu=$(gpu_model)
     seq=${SEQ:-65536}
     case $seq in
