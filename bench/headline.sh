@@ -12,10 +12,12 @@
 #                                       # per kernel, into step_<gpu>_boundaries (h200, h100, ...: nvidia-smi's name)
 #   bench/headline.sh tuning [N]        # that step with the shipped cuTile table against a fresh search, processes
 #                                       # alternating, into tuning_<gpu>_{search,shipped,fresh}
-#   bench/headline.sh long [N]          # configs/long.yaml through train.py (bench/curves.py), the three SSD variants,
-#                                       # into long_<L>_<gpu>: SEQ=65536 (default: batch 1, 200 steps), SEQ=16384
-#                                       # (batch 4, 200 steps) or SEQ=131072 (batch 1, 30 steps; CHECKPOINT=1 adds
-#                                       # checkpoint_layers, for a GPU it does not fit without)
+#   bench/headline.sh long [N]          # configs/long.yaml through train.py (bench/curves.py), cuTile + cuTile
+#                                       # backward and Triton, into long_<L>_<gpu>: SEQ=65536 (default: batch 1, 200
+#                                       # steps), SEQ=16384 (batch 4, 200 steps) or SEQ=131072 (batch 1, 30 steps;
+#                                       # CHECKPOINT=1 adds checkpoint_layers, for a GPU it does not fit without)
+#   bench/headline.sh long_seed [N]     # the same for the seed's design (cuTile forward, reference backward), alone
+#                                       # in its processes (it takes as long as the other two), into long_<L>_<gpu>_seed
 #   bench/headline.sh report            # render what results/ holds (no GPU needed): BENCHMARKS.md's command
 #
 # Backends alternate within each process; cuTile and Triton are both tuned and warmed before timing. Each
@@ -30,7 +32,7 @@
 # README.md are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: bench/headline.sh kernels|step|step_graphs|step_layers|step_l8192|sweep|boundaries|tuning|long|report}
+part=${1:?usage: bench/headline.sh kernels|step|step_graphs|step_layers|step_l8192|sweep|boundaries|tuning|long|long_seed|report}
 results=${RESULTS:-results}
 kernels_series=kernels_h200_headline
 step_series=step_h200_compiled
@@ -136,10 +138,9 @@ tuning)
         echo "headline: tuning_${gpu} pair $n took $((SECONDS - start)) s" >&2
     done
     ;;
-long)
-    # one process: cuTile + cuTile backward, Triton, the seed's design (cuTile forward, reference backward), one
-    # train.py run each, one after the other; at L 65536 on an H200 the first two took 335 s of a process, the
-    # seed's design is not timed there yet
+long | long_seed)
+    # one process: one train.py run per variant, one after the other. At L 65536 on an H200, cuTile and Triton
+    # took 335 s of a first process (caches cold), 200 s of a later one; the seed's design about as long alone.
     gpu=$(gpu_model)
     seq=${SEQ:-65536}
     case $seq in
@@ -149,10 +150,15 @@ long)
     *) echo "bench/headline.sh: SEQ must be 16384, 65536 or 131072" >&2 && exit 2 ;;
     esac
     [ "${CHECKPOINT:-0}" = 1 ] && shape+=(--model.config.checkpoint_layers=true)
-    run3 "long_${seq}_${gpu}" python -m bench.curves --config configs/long.yaml \
-        --run cutile=--model.config.ssd_backend=cutile,--model.config.ssd_backward=cutile \
-        --run triton=--model.config.ssd_backend=triton,--model.config.ssd_backward=reference \
-        --run cutile_reference=--model.config.ssd_backend=cutile,--model.config.ssd_backward=reference "${shape[@]}"
+    if [ "$part" = long ]; then
+        series=long_${seq}_${gpu}
+        variants=(--run cutile=--model.config.ssd_backend=cutile,--model.config.ssd_backward=cutile
+            --run triton=--model.config.ssd_backend=triton,--model.config.ssd_backward=reference)
+    else
+        series=long_${seq}_${gpu}_seed
+        variants=(--run cutile_reference=--model.config.ssd_backend=cutile,--model.config.ssd_backward=reference)
+    fi
+    run3 "$series" python -m bench.curves --config configs/long.yaml "${variants[@]}" "${shape[@]}"
     ;;
 sweep)
     precompile sweep --modes fwd --no-triton

@@ -11,7 +11,11 @@ from bench.report.curves import STEP_MS, TOKENS_S, curves_command
 from bench.report.format import Stat, cell, num, ordered, ratio, runs_text, table, times
 
 # --long's series (NAME.json, NAME_run<N>.json), each rendered when present
-LONG_DEFAULT = "long_65536_h200,long_65536_h100,long_16384_h200,long_131072_h200,long_131072_h100"
+LONG_DEFAULT = ",".join(
+    f"long_{shape}{seed}"
+    for shape in ("65536_h200", "65536_h100", "16384_h200", "131072_h200", "131072_h100")
+    for seed in ("", "_seed")
+)
 RESERVED, PEAK = "memory/reserved_gib", "memory/peak_gib"  # the step timer's summary keys (steady medians)
 BASE = "cutile"  # the label every "X over BASE" ratio is taken over: triton's step over it, above 1 = cuTile faster
 
@@ -65,6 +69,7 @@ def long_section(runs: list[dict]) -> str:
     header = ["run", "processes", "exit codes", "steady step (ms)", "tokens/s", "reserved GiB", "allocated peak GiB"]
     header += [f"step over {BASE}'s", "last logged step: loss, per process"]
     files = ", ".join(run["file"].name for run in runs)
+    has_base = any(rec["label"] == BASE for run in runs for rec in run["records"])
     return "\n".join(
         [
             f"## Long context ({settings['config']}, {' '.join(settings.get('train_args') or []) or 'as written'})",
@@ -74,7 +79,8 @@ def long_section(runs: list[dict]) -> str:
             "timer's medians over the steps after warm-up, then the median [min–max] over processes; *reserved*: "
             "the most memory the allocator held in a step, CUDA graphs' pools included (what bounds a step under "
             "graphs); *allocated peak*: the most the process's tensors held in a step; *step over "
-            f"{BASE}'s*: the run's step over the {BASE} run's in the same process, above 1 where {BASE} is faster.",
+            f"{BASE}'s*: the run's step over the {BASE} run's in the same process, above 1 where {BASE} is faster"
+            + ("." if has_base else f" (these processes have no {BASE} run: compare with the series without _seed)."),
             "",
             table(header, long_rows(runs)),
         ]

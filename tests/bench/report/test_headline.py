@@ -64,9 +64,10 @@ def fake_tools(bin_dir, log):
     return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
 
 
-def test_long_part_runs_the_three_variants_with_its_output_before_the_train_arguments(tmp_path):
-    """bench/headline.sh long: bench.curves' --out lands before `--` (after it, train.py would get it), one process
-    per N, the shape's batch and steps, checkpointing only when asked; an unknown SEQ is refused."""
+def test_long_parts_run_their_variants_with_the_output_before_the_train_arguments(tmp_path):
+    """bench/headline.sh long and long_seed: bench.curves' --out lands before `--` (after it, train.py would get
+    it), one process per N, the shape's batch and steps, checkpointing only when asked; long runs cuTile + cuTile
+    backward and Triton, long_seed the seed's design alone into its own series; an unknown SEQ is refused."""
     log = tmp_path / "calls.txt"
     env = {**fake_tools(tmp_path / "bin", log), "RESULTS": str(tmp_path)}
     headline = ["bash", "bench/headline.sh", "long"]
@@ -76,8 +77,14 @@ def test_long_part_runs_the_three_variants_with_its_output_before_the_train_argu
     own, train = call.split(" -- ")
     assert own.startswith("-m bench.curves --config configs/long.yaml") and "--steps 200" in own
     assert own.endswith(f"--out {tmp_path}/long_16384_h200_run2.json")
-    assert own.count("--run ") == 3 and "cutile_reference=" in own
+    assert own.count("--run ") == 2 and "--run cutile=" in own and "--run triton=" in own
     assert train == "--data.seq_len=16384 --data.batch_size=4"
+    log.unlink()
+    seed = subprocess.run([*headline[:2], "long_seed", "1"], cwd=ROOT, env={**env, "SEQ": "65536"}, capture_output=True)
+    assert seed.returncode == 0, seed.stderr
+    (call,) = log.read_text().splitlines()
+    assert call.endswith(f"--out {tmp_path}/long_65536_h200_seed.json --")  # L 65536 is long.yaml's own shape
+    assert call.count("--run ") == 1 and "--run cutile_reference=" in call and "ssd_backward=reference" in call
     log.unlink()
     env = {**env, "SEQ": "131072", "CHECKPOINT": "1"}
     assert subprocess.run(headline, cwd=ROOT, env=env, capture_output=True).returncode == 0

@@ -60,3 +60,11 @@ def test_report_renders_each_series_present(tmp_path):
         write(tmp_path / ("l.json" if i == 1 else f"l_run{i}.json"), {k: v for k, v in run.items() if k != "file"})
     text, _ = report_beside_minimal_series(tmp_path, "--long", "l,m")
     assert text.count("## Long context") == 1 and "3 runs (l.json, l_run2.json, l_run3.json)" in text
+
+
+def test_a_series_without_cutile_points_to_the_one_with_it():
+    seed = [{**run, "records": [{**run["records"][0], "label": "cutile_reference"}]} for run in runs()]
+    (row,) = long_rows(seed)
+    assert row[0] == "cutile_reference" and row[3] == "200.0 [190.0–210.0]" and row[7] == ""
+    assert "no cutile run: compare with the series without _seed" in long_section(seed)
+    assert "_seed" not in long_section(runs())
