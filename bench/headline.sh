@@ -180,7 +180,7 @@ report)
     ;;
 *)
     echo "bench/headline.sh: unknown part '$part'; use kernels, step, step_graphs, step_layers, step_l8192, sweep," \
-        "boundaries, tuning, long or report" >&2
+        "boundaries, tuning, long, long_seed or report" >&2
     exit 2
     ;;
 esac

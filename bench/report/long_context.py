@@ -13,7 +13,7 @@ from bench.report.format import Stat, cell, num, ordered, ratio, runs_text, tabl
 # --long's series (NAME.json, NAME_run<N>.json), each rendered when present
 LONG_DEFAULT = ",".join(
     f"long_{shape}{seed}"
-    for shape in ("65536_h200", "65536_h100", "16384_h200", "131072_h200", "131072_h100")
+    for shape in ("65536_h200", "65536_h100", "16384_h200", "16384_h100", "131072_h200", "131072_h100")
     for seed in ("", "_seed")
 )
 RESERVED, PEAK = "memory/reserved_gib", "memory/peak_gib"  # the step timer's summary keys (steady medians)
