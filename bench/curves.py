@@ -7,8 +7,9 @@ per logged step and its validation loss read back from its CSV log, its steady s
 
 A run is LABEL=ARG[,ARG...]: its own train.py arguments. Arguments after `--` go to every run. Runs go one after the
 other on the same caches (the first compiles and builds the data; the others reuse them), each in WORK/<label>
-(--work; default: a temporary folder). Writes JSON (bench.results.write_json) with the environment; BENCHMARKS.md
-renders it (python -m bench.report --curves NAME).
+(--work; default: a temporary folder). Writes JSON (bench.results.write_json) with the environment, rewritten after
+each run (a process stopped part way keeps the runs it finished); BENCHMARKS.md renders it (python -m bench.report
+--curves NAME).
 """
 
 from __future__ import annotations
@@ -85,12 +86,15 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--steps must be at least 1, got {args.steps}")
     common = ["--config", args.config, f"--trainer.max_steps={args.steps}", *extra]
     common += ["--trainer.enable_progress_bar=false"]
+    settings = {"config": args.config, "steps": args.steps, "train_args": extra}
+    head = {"kind": "curves", "settings": settings, "environment": environment()}
+    records: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="curves-") as scratch:
         work = args.work or Path(scratch)
         work.mkdir(parents=True, exist_ok=True)
-        records = [measure(label, run_args, common, work, args.timeout) for label, run_args in runs]
-    settings = {"config": args.config, "steps": args.steps, "train_args": extra}
-    write_json(args.out, {"kind": "curves", "settings": settings, "environment": environment(), "records": records})
+        for label, run_args in runs:  # the JSON holds every finished run: a process cut short keeps them
+            records.append(measure(label, run_args, common, work, args.timeout))
+            write_json(args.out, {**head, "records": records})
     print(f"curves: wrote {args.out}")
     return 0 if all(r["exit_code"] == 0 for r in records) else 1
 

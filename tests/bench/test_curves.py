@@ -37,3 +37,20 @@ def test_curves_refuses_a_run_without_label_or_arguments(run, capsys):
         curves.main(["--run", run])
     assert exit_info.value.code == 2
     assert "--run: a run is LABEL=ARG[,ARG...]" in capsys.readouterr().err
+
+
+def test_curves_keeps_the_runs_it_finished_when_stopped(tmp_path, monkeypatch):
+    """The JSON is rewritten after each run: a process stopped in its second run keeps its first."""
+    out = tmp_path / "curves.json"
+
+    def measure(label, run_args, common, work, timeout):
+        if label == "second":
+            raise KeyboardInterrupt  # what a time limit's signal leaves
+        return {"label": label, "args": run_args, "exit_code": 0, "steady": {"time/step_ms": 1.0}}
+
+    monkeypatch.setattr(curves, "measure", measure)
+    with pytest.raises(KeyboardInterrupt):
+        curves.main(["--run", "first=--a=1", "--run", "second=--a=2", "--out", str(out), "--", "--b=3"])
+    data = json.loads(out.read_text())
+    assert [r["label"] for r in data["records"]] == ["first"] and data["settings"]["train_args"] == ["--b=3"]
+    assert data["kind"] == "curves" and "torch" in data["environment"]
