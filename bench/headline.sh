@@ -145,8 +145,8 @@ long | long_seed)
     seq=${SEQ:-65536}
     case $seq in
     16384) shape=(--steps 200 -- --data.seq_len=16384 --data.batch_size=4) ;;
-    65536) shape=(--steps 200 --) ;;
-    131072) shape=(--steps 30 -- --data.seq_len=131072 --data.val_fraction=0.1) ;;
+    65536) shape=(--steps 200 -- --data.seq_len=65536 --data.batch_size=1) ;;
+    131072) shape=(--steps 30 -- --data.seq_len=131072 --data.batch_size=1 --data.val_fraction=0.1) ;;
     *) echo "bench/headline.sh: SEQ must be 16384, 65536 or 131072" >&2 && exit 2 ;;
     esac
     [ "${CHECKPOINT:-0}" = 1 ] && shape+=(--model.config.checkpoint_layers=true)

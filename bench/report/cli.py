@@ -93,8 +93,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--long",
         default=LONG_DEFAULT,
-        help="series NAME of bench/curves.py on configs/long.yaml: NAME.json and NAME_run<N>.json (each rendered "
-        "when present); several, comma-separated (e.g. one per sequence length)",
+        help="series NAME of bench/curves.py on configs/long.yaml: NAME.json and NAME_run<N>.json; several, "
+        "comma-separated (one per GPU and sequence length): one section, the rows of each series present",
     )
     ap.add_argument(
         "--tuning",
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         *(part for runs in bruns for part in ("", boundaries_section(runs))),
         *(part for cmp in truns for part in ("", tuning_section(cmp))),
         *(["", curves_section(cdata, curves, relative(cpngs[0], args.out))] if cdata else []),
-        *(part for runs in lruns for part in ("", long_section(runs))),
+        *(["", long_section(lruns)] if lruns else []),
     ]
     out.write_text("\n".join(parts) + "\n")
     written = [out, *pngs, *cpngs, args.results / "reconciliation.json"]

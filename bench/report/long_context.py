@@ -1,14 +1,16 @@
-"""Long context (bench/curves.py on configs/long.yaml): per sequence length, each SSD variant's steady step,
-tokens/s, memory and the loss it ended at, pooled over the processes of the series as median [min–max], and each
-variant's step over the cuTile variant's, taken within each process before pooling."""
+"""Long context (bench/curves.py on configs/long.yaml): one section, a row per series (a GPU and a sequence length)
+and SSD variant: its steady step, tokens/s, memory and the loss it ended at, pooled over the series' processes as
+median [min–max], and each variant's step over the cuTile variant's, taken within each process before pooling."""
 
 from __future__ import annotations
 
 import math
+import re
 
 from bench.report.boundaries import environment_text
 from bench.report.curves import STEP_MS, TOKENS_S, curves_command
-from bench.report.format import Stat, cell, num, ordered, ratio, runs_text, table, times
+from bench.report.format import Stat, cell, num, ordered, ratio, table, times
+from bench.report.series import device_name, devices, measured_args
 
 # --long's series (NAME.json, NAME_run<N>.json), each rendered when present
 LONG_DEFAULT = ",".join(
@@ -39,9 +41,13 @@ def over_base(run: dict, rec: dict) -> float | None:
 
 
 def long_rows(runs: list[dict]) -> list[list[str]]:
-    """One row per run label, in order of first appearance: processes, exit codes, step ms, tokens/s, reserved and
-    allocated peak GiB, the label's step over BASE's (within each process), the last logged step and loss of each
-    process ("nan" flags a loss that is not finite)."""
+    """One row per run label of one series, in order of first appearance: the series, its GPU, train.py arguments
+    (measured_args) and steps on the first row, then processes, exit codes, step ms, tokens/s, reserved GiB, the label's step over BASE's (within
+    each process), the last logged step and loss of each process ("nan" flags a loss that is not finite)."""
+    settings = runs[0]["settings"]
+    name = re.sub(r"_run\d+$", "", runs[0]["file"].stem)  # the series: NAME of NAME.json, NAME_run<N>.json
+    args = " ".join(measured_args(settings.get("train_args"))) or "as written"
+    where = [name, devices(runs).removeprefix("NVIDIA "), args, str(settings["steps"])]
     labels = ordered(rec["label"] for run in runs for rec in run["records"])
     rows = []
     for lab in labels:
@@ -49,13 +55,13 @@ def long_rows(runs: list[dict]) -> list[list[str]]:
         steady = [rec.get("steady") or {} for _, rec in recs]
         rows.append(
             [
+                *(where if not rows else [""] * len(where)),  # the series' own cells on its first row only
                 lab,
                 str(len(recs)),
                 " ".join(str(rec["exit_code"]) for _, rec in recs),
                 cell(Stat.of(s.get(STEP_MS) for s in steady)),
                 cell(Stat.of(s.get(TOKENS_S) for s in steady), lambda v: f"{v / 1e3:.0f}k"),
                 cell(Stat.of(s.get(RESERVED) for s in steady)),
-                cell(Stat.of(s.get(PEAK) for s in steady)),
                 cell(Stat.of(over_base(run, rec) for run, rec in recs), times),
                 " ".join(last_loss_text(rec) for _, rec in recs),
             ]
@@ -63,25 +69,32 @@ def long_rows(runs: list[dict]) -> list[list[str]]:
     return rows
 
 
-def long_section(runs: list[dict]) -> str:
-    """The section for one series of bench/curves.py runs of configs/long.yaml (same settings in every process)."""
-    settings = runs[0]["settings"]
-    header = ["run", "processes", "exit codes", "steady step (ms)", "tokens/s", "reserved GiB", "allocated peak GiB"]
-    header += [f"step over {BASE}'s", "last logged step: loss, per process"]
-    files = ", ".join(run["file"].name for run in runs)
-    has_base = any(rec["label"] == BASE for run in runs for rec in run["records"])
+def long_section(series: list[list[dict]]) -> str:
+    """One section for every series of bench/curves.py runs of configs/long.yaml (each series: one GPU, the same
+    settings in every process), a table row per series and run label."""
+    header = ["series", "GPU", "train.py arguments", "steps", "run", "processes", "exit codes", "steady step (ms)"]
+    header += ["tokens/s", "reserved GiB", f"step over {BASE}'s", "last logged step: loss, per process"]
+    runs = [run for one in series for run in one]
+    peaks = Stat.of((rec.get("steady") or {}).get(PEAK) for run in runs for rec in run["records"])
+    gpus = ordered(device_name(run) for run in runs)
+    envs = [environment_text(run["environment"] for run in runs if device_name(run) == gpu) for gpu in gpus]
+    example = series[0][0]
+    shown = {**example["settings"], "train_args": measured_args(example["settings"].get("train_args"))}
     return "\n".join(
         [
-            f"## Long context ({settings['config']}, {' '.join(settings.get('train_args') or []) or 'as written'})",
+            "## Long context (configs/long.yaml through train.py: bench/curves.py)",
             "",
-            f"`{curves_command(settings, runs[0]['records'])}`, {runs_text(runs)} ({files}); "
-            f"{environment_text(run['environment'] for run in runs)}. *steady step*, *tokens/s*, memory: the step "
-            "timer's medians over the steps after warm-up, then the median [min–max] over processes; *reserved*: "
-            "the most memory the allocator held in a step, CUDA graphs' pools included (what bounds a step under "
-            "graphs); *allocated peak*: the most the process's tensors held in a step; *step over "
-            f"{BASE}'s*: the run's step over the {BASE} run's in the same process, above 1 where {BASE} is faster"
-            + ("." if has_base else f" (these processes have no {BASE} run: compare with the series without _seed)."),
+            f"`{curves_command(shown, example['records'])}` writes a series' first process "
+            "(NAME.json; processes 2 and 3: NAME_run2.json, NAME_run3.json); each series has its own steps, runs and "
+            "train.py arguments (bench/headline.sh long and long_seed). *steady step*, *tokens/s*, *reserved*: the "
+            "step timer's medians over the steps after warm-up, then the median [min–max] over a series' "
+            "processes; *reserved*: the most memory the allocator held in a step, CUDA graphs' pools included (what "
+            f"bounds a step under graphs; the process's tensors alone peaked at {cell(peaks)} GiB); *step over "
+            f"{BASE}'s*: the run's step over the {BASE} run's in the same process, above 1 where {BASE} is faster "
+            "(a _seed series has no cutile run: compare with the series without _seed).",
             "",
-            table(header, long_rows(runs)),
+            *(f"- {env}" for env in envs),
+            "",
+            table(header, [row for one in series for row in long_rows(one)]),
         ]
     )

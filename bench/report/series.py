@@ -44,13 +44,19 @@ def series_files(results: Path, name: str) -> list[Path]:
 
 
 FILES = ("out", "tuning_cache")  # settings that name a run's files: where it wrote, the tuning cache it used
+FILE_ARGS = ("--data.cache_dir=", "--trainer.default_root_dir=")  # train.py arguments (train_args) that name files
+
+
+def measured_args(args: list[str] | None) -> list[str]:
+    """train.py arguments as they bear on what is measured: those naming where files go (FILE_ARGS) left out."""
+    return [a for a in args or [] if not a.startswith(FILE_ARGS)]
 
 
 def load_series(results: Path, name: str, kind: str) -> list[dict]:
     """The runs of one benchmark: results/name.json and results/name_run<N>.json, checked to match.
 
     Each run is its JSON with "file" added; a bench_kernels run gains its backward-alone records
-    (bench.results.backward_records). Runs of one series must share settings (but FILES) and GPU; the cuTile
+    (bench.results.backward_records). Runs of one series must share settings (but FILES and FILE_ARGS) and GPU; the cuTile
     configurations each launched are in its "tuning".
     """
     found = series_files(results, name)
@@ -66,7 +72,10 @@ def load_series(results: Path, name: str, kind: str) -> list[dict]:
         runs.append({**run, "file": path})
 
     def measured(run: dict) -> dict:
-        return {**{k: v for k, v in run["settings"].items() if k not in FILES}, "gpu": device_name(run)}
+        settings = {k: v for k, v in run["settings"].items() if k not in FILES}
+        if "train_args" in settings:
+            settings["train_args"] = measured_args(settings["train_args"])
+        return {**settings, "gpu": device_name(run)}
 
     first = measured(runs[0])
     for run in runs[1:]:

@@ -83,7 +83,7 @@ def test_long_parts_run_their_variants_with_the_output_before_the_train_argument
     seed = subprocess.run([*headline[:2], "long_seed", "1"], cwd=ROOT, env={**env, "SEQ": "65536"}, capture_output=True)
     assert seed.returncode == 0, seed.stderr
     (call,) = log.read_text().splitlines()
-    assert call.endswith(f"--out {tmp_path}/long_65536_h200_seed.json --")  # L 65536 is long.yaml's own shape
+    assert call.endswith(f"--out {tmp_path}/long_65536_h200_seed.json -- --data.seq_len=65536 --data.batch_size=1")
     assert call.count("--run ") == 1 and "--run cutile_reference=" in call and "ssd_backward=reference" in call
     log.unlink()
     env = {**env, "SEQ": "131072", "CHECKPOINT": "1"}
@@ -92,6 +92,7 @@ def test_long_parts_run_their_variants_with_the_output_before_the_train_argument
     assert [c.split(" -- ")[0].rsplit(" ", 1)[1] for c in calls] == [
         f"{tmp_path}/long_131072_h200{suffix}.json" for suffix in ("", "_run2", "_run3")
     ]
-    assert all(c.endswith("--data.val_fraction=0.1 --model.config.checkpoint_layers=true") for c in calls)
+    tail = "-- --data.seq_len=131072 --data.batch_size=1 --data.val_fraction=0.1 --model.config.checkpoint_layers=true"
+    assert all(c.endswith(tail) for c in calls)
     bad = subprocess.run(headline, cwd=ROOT, env={**env, "SEQ": "4096"}, capture_output=True, text=True)
     assert bad.returncode == 2 and "SEQ must be" in bad.stderr

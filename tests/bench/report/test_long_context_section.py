@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bench.report.long_context import long_rows, long_section
+from bench.report.series import load_series
 from tests.bench.report.synthetic import report_beside_minimal_series, write
 from tests.bench.report.test_boundaries_section import ENV
 
@@ -30,27 +33,47 @@ def process(cutile_ms: float, triton_ms: float, triton_last: float = 5.0) -> dic
     return {"kind": "curves", "settings": SETTINGS, "environment": ENV, "records": records}
 
 
-def runs() -> list[dict]:
+def runs(name: str = "l") -> list[dict]:
     made = [process(200.0, 260.0), process(210.0, 252.0), process(190.0, 247.0, float("nan"))]
-    return [{**run, "file": Path(f"results/l_run{i}.json")} for i, run in enumerate(made, 1)]
+    return [{**run, "file": Path(f"results/{name}_run{i}.json")} for i, run in enumerate(made, 1)]
 
 
 def test_each_variant_is_pooled_over_processes_and_taken_over_cutile_within_each():
     cutile, triton = long_rows(runs())
-    assert cutile[:7] == ["cutile", "3", "0 0 0", "200.0 [190.0–210.0]", "328k [312k–345k]", "20.0 [20.0–20.0]",
-                         "10.0 [10.0–10.0]"]  # fmt: skip
-    assert cutile[7] == ""  # cuTile is the base
+    assert cutile[:4] == ["l", "H200", "--data.seq_len=16384", "200"]  # the series' cells, on its first row
+    assert cutile[4:10] == ["cutile", "3", "0 0 0", "200.0 [190.0–210.0]", "328k [312k–345k]", "20.0 [20.0–20.0]"]
+    assert cutile[10] == ""  # cuTile is the base
     # within each process 1.30, 1.20, 1.30: the median pairs each triton step with its own process's cuTile step
-    assert triton[3] == "252.0 [247.0–260.0]" and triton[7] == "1.30x [1.20x–1.30x]"
-    assert triton[8] == "190: 5.000 190: 5.000 190: nan"
+    assert triton[:4] == ["", "", "", ""] and triton[4] == "triton"
+    assert triton[7] == "252.0 [247.0–260.0]" and triton[10] == "1.30x [1.20x–1.30x]"
+    assert triton[11] == "190: 5.000 190: 5.000 190: nan"
 
 
-def test_section_names_the_command_processes_and_environment():
-    text = long_section(runs())
-    assert text.startswith("## Long context (configs/long.yaml, --data.seq_len=16384)")
-    assert "python -m bench.curves --config configs/long.yaml --steps 200 --run cutile=" in text
-    assert "3 runs (l_run1.json, l_run2.json, l_run3.json)" in text and "NVIDIA H200" in text
-    assert "| run | processes | exit codes | steady step (ms) |" in text
+def test_section_has_one_table_for_every_series_with_each_gpus_environment():
+    seed = [{**run, "records": [{**run["records"][0], "label": "cutile_reference"}]} for run in runs("l_seed")]
+    text = long_section([runs(), seed])
+    assert text.startswith("## Long context (configs/long.yaml through train.py: bench/curves.py)")
+    assert "`python -m bench.curves --config configs/long.yaml --steps 200 --run cutile=" in text
+    assert text.count("\n- NVIDIA H200") == 1 and "the process's tensors alone peaked at 10.0 [10.0–12.0] GiB" in text
+    assert text.count("| run | processes | exit codes | steady step (ms) |") == 1
+    (row,) = [line for line in text.splitlines() if "cutile_reference" in line]
+    assert row.startswith("| l_seed | H200 |") and "| 200.0 [190.0–210.0] |" in row  # no cutile run: no ratio
+
+
+def test_files_named_by_the_arguments_do_not_part_a_series(tmp_path):
+    """--data.cache_dir names where the data is kept: processes that differ only there pool; other arguments part."""
+    for i, cache in enumerate(["/tmp/a", "/tmp/b", None], 1):
+        run = process(200.0, 250.0)
+        run["settings"] = {
+            **SETTINGS,
+            "train_args": [*SETTINGS["train_args"], *([f"--data.cache_dir={cache}"] * bool(cache))],
+        }
+        write(tmp_path / ("l.json" if i == 1 else f"l_run{i}.json"), run)
+    pooled = load_series(tmp_path, "l", "curves")
+    assert len(pooled) == 3 and long_rows(pooled)[0][2] == "--data.seq_len=16384"
+    write(tmp_path / "l_run3.json", {**process(200.0, 250.0), "settings": {**SETTINGS, "train_args": []}})
+    with pytest.raises(SystemExit, match=r"differs from .* in train_args"):
+        load_series(tmp_path, "l", "curves")
 
 
 def test_report_renders_each_series_present(tmp_path):
@@ -59,12 +82,4 @@ def test_report_renders_each_series_present(tmp_path):
     for i, run in enumerate(runs(), 1):
         write(tmp_path / ("l.json" if i == 1 else f"l_run{i}.json"), {k: v for k, v in run.items() if k != "file"})
     text, _ = report_beside_minimal_series(tmp_path, "--long", "l,m")
-    assert text.count("## Long context") == 1 and "3 runs (l.json, l_run2.json, l_run3.json)" in text
-
-
-def test_a_series_without_cutile_points_to_the_one_with_it():
-    seed = [{**run, "records": [{**run["records"][0], "label": "cutile_reference"}]} for run in runs()]
-    (row,) = long_rows(seed)
-    assert row[0] == "cutile_reference" and row[3] == "200.0 [190.0–210.0]" and row[7] == ""
-    assert "no cutile run: compare with the series without _seed" in long_section(seed)
-    assert "_seed" not in long_section(runs())
+    assert text.count("## Long context") == 1 and "| l | H200 | --data.seq_len=16384 | 200 | cutile | 3 |" in text
