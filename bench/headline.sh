@@ -139,8 +139,8 @@ tuning)
     done
     ;;
 long | long_seed)
-    # one process: one train.py run per variant, one after the other. At L 65536 on an H200, cuTile and Triton
-    # took 335 s of a first process (caches cold), 200 s of a later one; the seed's design about as long alone.
+    # one process: one train.py run per variant, one after the other. At L 65536 cuTile and Triton took 335 s of
+    # an H200's first process (caches cold), about 200 s of an H100's later ones; the seed's design as long alone.
     gpu=$(gpu_model)
     seq=${SEQ:-65536}
     case $seq in

@@ -42,8 +42,9 @@ def over_base(run: dict, rec: dict) -> float | None:
 
 def long_rows(runs: list[dict]) -> list[list[str]]:
     """One row per run label of one series, in order of first appearance: the series, its GPU, train.py arguments
-    (measured_args) and steps on the first row, then processes, exit codes, step ms, tokens/s, reserved GiB, the label's step over BASE's (within
-    each process), the last logged step and loss of each process ("nan" flags a loss that is not finite)."""
+    (measured_args) and steps on the first row, then processes, exit codes, step ms, tokens/s, reserved GiB, the
+    label's step over BASE's (within each process), the last logged step and loss of each process ("nan" flags a
+    loss that is not finite)."""
     settings = runs[0]["settings"]
     name = re.sub(r"_run\d+$", "", runs[0]["file"].stem)  # the series: NAME of NAME.json, NAME_run<N>.json
     args = " ".join(measured_args(settings.get("train_args"))) or "as written"

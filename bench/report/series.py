@@ -56,8 +56,8 @@ def load_series(results: Path, name: str, kind: str) -> list[dict]:
     """The runs of one benchmark: results/name.json and results/name_run<N>.json, checked to match.
 
     Each run is its JSON with "file" added; a bench_kernels run gains its backward-alone records
-    (bench.results.backward_records). Runs of one series must share settings (but FILES and FILE_ARGS) and GPU; the cuTile
-    configurations each launched are in its "tuning".
+    (bench.results.backward_records). Runs of one series must share settings (but FILES and FILE_ARGS) and GPU;
+    the cuTile configurations each launched are in its "tuning".
     """
     found = series_files(results, name)
     if not found:
