@@ -5,7 +5,6 @@ median [min–max], and each variant's step over the cuTile variant's, taken wit
 from __future__ import annotations
 
 import math
-import re
 
 from bench.report.boundaries import environment_text
 from bench.report.curves import STEP_MS, TOKENS_S, curves_command
@@ -40,13 +39,12 @@ def over_base(run: dict, rec: dict) -> float | None:
     return ratio((rec.get("steady") or {}).get(STEP_MS), (base.get("steady") or {}).get(STEP_MS))
 
 
-def long_rows(runs: list[dict]) -> list[list[str]]:
-    """One row per run label of one series, in order of first appearance: the series, its GPU, train.py arguments
+def long_rows(name: str, runs: list[dict]) -> list[list[str]]:
+    """One row per run label of the series `name`, in order of first appearance: the series, its GPU, train.py arguments
     (measured_args) and steps on the first row, then processes, exit codes, step ms, tokens/s, reserved GiB, the
     label's step over BASE's (within each process), the last logged step and loss of each process ("nan" flags a
     loss that is not finite)."""
     settings = runs[0]["settings"]
-    name = re.sub(r"_run\d+$", "", runs[0]["file"].stem)  # the series: NAME of NAME.json, NAME_run<N>.json
     args = " ".join(measured_args(settings.get("train_args"))) or "as written"
     where = [name, devices(runs).removeprefix("NVIDIA "), args, str(settings["steps"])]
     labels = ordered(rec["label"] for run in runs for rec in run["records"])
@@ -70,16 +68,16 @@ def long_rows(runs: list[dict]) -> list[list[str]]:
     return rows
 
 
-def long_section(series: list[list[dict]]) -> str:
-    """One section for every series of bench/curves.py runs of configs/long.yaml (each series: one GPU, the same
-    settings in every process), a table row per series and run label."""
+def long_section(series: dict[str, list[dict]]) -> str:
+    """One section for every series (name -> its runs) of bench/curves.py on configs/long.yaml (each series: one
+    GPU, the same settings in every process), a table row per series and run label."""
     header = ["series", "GPU", "train.py arguments", "steps", "run", "processes", "exit codes", "steady step (ms)"]
     header += ["tokens/s", "reserved GiB", f"step over {BASE}'s", "last logged step: loss, per process"]
-    runs = [run for one in series for run in one]
+    runs = [run for one in series.values() for run in one]
     peaks = Stat.of((rec.get("steady") or {}).get(PEAK) for run in runs for rec in run["records"])
     gpus = ordered(device_name(run) for run in runs)
     envs = [environment_text(run["environment"] for run in runs if device_name(run) == gpu) for gpu in gpus]
-    example = series[0][0]
+    example = runs[0]
     shown = {**example["settings"], "train_args": measured_args(example["settings"].get("train_args"))}
     return "\n".join(
         [
@@ -96,6 +94,6 @@ def long_section(series: list[list[dict]]) -> str:
             "",
             *(f"- {env}" for env in envs),
             "",
-            table(header, [row for one in series for row in long_rows(one)]),
+            table(header, [row for name, one in series.items() for row in long_rows(name, one)]),
         ]
     )

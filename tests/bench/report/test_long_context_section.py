@@ -33,13 +33,13 @@ def process(cutile_ms: float, triton_ms: float, triton_last: float = 5.0) -> dic
     return {"kind": "curves", "settings": SETTINGS, "environment": ENV, "records": records}
 
 
-def runs(name: str = "l") -> list[dict]:
+def runs() -> list[dict]:
     made = [process(200.0, 260.0), process(210.0, 252.0), process(190.0, 247.0, float("nan"))]
-    return [{**run, "file": Path(f"results/{name}_run{i}.json")} for i, run in enumerate(made, 1)]
+    return [{**run, "file": Path(f"results/l_run{i}.json")} for i, run in enumerate(made, 1)]
 
 
 def test_each_variant_is_pooled_over_processes_and_taken_over_cutile_within_each():
-    cutile, triton = long_rows(runs())
+    cutile, triton = long_rows("l", runs())
     assert cutile[:4] == ["l", "H200", "--data.seq_len=16384", "200"]  # the series' cells, on its first row
     assert cutile[4:10] == ["cutile", "3", "0 0 0", "200.0 [190.0–210.0]", "328k [312k–345k]", "20.0 [20.0–20.0]"]
     assert cutile[10] == ""  # cuTile is the base
@@ -50,8 +50,8 @@ def test_each_variant_is_pooled_over_processes_and_taken_over_cutile_within_each
 
 
 def test_section_has_one_table_for_every_series_with_each_gpus_environment():
-    seed = [{**run, "records": [{**run["records"][0], "label": "cutile_reference"}]} for run in runs("l_seed")]
-    text = long_section([runs(), seed])
+    seed = [{**run, "records": [{**run["records"][0], "label": "cutile_reference"}]} for run in runs()]
+    text = long_section({"l": runs(), "l_seed": seed})
     assert text.startswith("## Long context (configs/long.yaml through train.py: bench/curves.py)")
     assert "`python -m bench.curves --config configs/long.yaml --steps 200 --run cutile=" in text
     assert text.count("\n- NVIDIA H200") == 1 and "the process's tensors alone peaked at 10.0 [10.0–12.0] GiB" in text
@@ -70,7 +70,7 @@ def test_files_named_by_the_arguments_do_not_part_a_series(tmp_path):
         }
         write(tmp_path / ("l.json" if i == 1 else f"l_run{i}.json"), run)
     pooled = load_series(tmp_path, "l", "curves")
-    assert len(pooled) == 3 and long_rows(pooled)[0][2] == "--data.seq_len=16384"
+    assert len(pooled) == 3 and long_rows("l", pooled)[0][2] == "--data.seq_len=16384"
     write(tmp_path / "l_run3.json", {**process(200.0, 250.0), "settings": {**SETTINGS, "train_args": []}})
     with pytest.raises(SystemExit, match=r"differs from .* in train_args"):
         load_series(tmp_path, "l", "curves")
