@@ -347,7 +347,7 @@ class ConvConfig:
     TILE_T: int = 32
     TILE_C: int = 128
     steps: int = 1  # the backward's gv kernel: token tiles per program, summed in registers before one reduction
-    occupancy: int = 1  # the forward's and the gv kernel's occupancy hint (1: none; the gv's builds take 255 registers)
+    occupancy: int = 1  # each kernel's occupancy hint (1: none; the gv's builds take 255 registers)
 
 
 # The tiles that compile without spilling at sm_90 with k = 4, bf16, in the specialization the medium model's step
@@ -359,23 +359,26 @@ BWD_STEPS = (16, 64, 128)  # token tiles a gv program sums in registers (a runti
 # occupancy hints of the gv kernel: 2 builds every tile without spilling, 4 only 8 x 64 (the others spill)
 BWD_OCCUPANCY = {(8, 64): (1, 2, 4), (8, 128): (1, 2), (16, 64): (1, 2), (32, 64): (1, 2)}
 # the forward's: 2 and 4 were faster than the best without a hint at the medium step's layer (docs/kernels.md,
-# causal_conv); the dx kernel gained nothing from them and takes none
-FWD_OCCUPANCY = (1, 2, 4)
+# causal_conv); 8 builds without spilling only at 16 x 128 (63-64 registers, with and without seq_idx)
+FWD_OCCUPANCY = {tile: (1, 2, 4, 8) if tile == (16, 128) else (1, 2, 4) for tile in FWD_TILES}
+# the dx kernel's: 2 and 4 gained nothing; 8 builds without spilling only at 16 x 128
+DX_OCCUPANCY = {tile: (1, 8) if tile == (16, 128) else (1,) for tile in FWD_TILES}
 MAX_K = 4  # the gv kernel's taps are four named tiles
 # The defaults are the configurations tuning chose at one layer of the medium model's step on both GPUs of the
-# shipped table (tuned.json, bf16, with and without document boundaries: docs/kernels.md, causal_conv); dx takes the
+# shipped table (bf16, with and without document boundaries: docs/kernels.md, causal_conv) before the forward's and
+# dx's spaces took occupancy 8, which the H100's search then chose for both (16 x 128; tuned.json); dx takes the
 # forward's tiles.
 DEFAULT_FWD, DEFAULT_BWD, DEFAULT_DX = ConvConfig(32, 128, 1, 4), ConvConfig(8, 64, 64, 4), ConvConfig(16, 128)
 
 
 def fwd_space() -> list[ConvConfig]:
     """The forward's configurations tuning times."""
-    return [ConvConfig(tt, tc, 1, occupancy) for tt, tc in FWD_TILES for occupancy in FWD_OCCUPANCY]
+    return [ConvConfig(tt, tc, 1, occupancy) for tt, tc in FWD_TILES for occupancy in FWD_OCCUPANCY[tt, tc]]
 
 
 def dx_space() -> list[ConvConfig]:
-    """The backward's dx kernel's configurations tuning times: the forward's tiles, no hint."""
-    return [ConvConfig(tt, tc) for tt, tc in FWD_TILES]
+    """The backward's dx kernel's configurations tuning times: the forward's tiles, at DX_OCCUPANCY's hints."""
+    return [ConvConfig(tt, tc, 1, occupancy) for tt, tc in FWD_TILES for occupancy in DX_OCCUPANCY[tt, tc]]
 
 
 def bwd_space() -> list[ConvConfig]:
@@ -407,18 +410,18 @@ def aot_signatures() -> Iterator[Specialization]:
     """The specializations CI compiles, for each of the three kernels: every dtype with the default configuration
     and a bias (first bf16), every tile of its tune space at bf16 without a bias (the forward's and the gv kernel's
     at each of their occupancy hints), and k = 3 (the model's is 4); then each of these again with document ids
-    (labels with `,seq_idx`). The dx kernel takes the forward's tiles, no hint and no bias."""
+    (labels with `,seq_idx`). The dx kernel takes the forward's tiles at its own hints, and no bias."""
     for stage, kernel, tiles, default, hints in (  # hints: each tile's occupancy hints
-        ("conv_fwd", conv_fwd_kernel, FWD_TILES, DEFAULT_FWD, dict.fromkeys(FWD_TILES, FWD_OCCUPANCY)),
+        ("conv_fwd", conv_fwd_kernel, FWD_TILES, DEFAULT_FWD, FWD_OCCUPANCY),
         ("conv_bwd_gv", conv_bwd_gv_kernel, BWD_TILES, DEFAULT_BWD, BWD_OCCUPANCY),
-        ("conv_bwd_dx", conv_bwd_dx_kernel, FWD_TILES, DEFAULT_DX, dict.fromkeys(FWD_TILES, (1,))),
+        ("conv_bwd_dx", conv_bwd_dx_kernel, FWD_TILES, DEFAULT_DX, DX_OCCUPANCY),
     ):
         first, hint = (default.TILE_T, default.TILE_C), default.occupancy
         cases = [(name, 4, first, hint, True) for name in DTYPES]
         cases += [("bfloat16", 4, tile, occupancy, False) for tile in tiles for occupancy in hints[tile]]
         cases.append(("bfloat16", 3, first, hint, True))
-        if stage == "conv_bwd_dx":  # no bias: one case per dtype, tile and k
-            cases = list(dict.fromkeys((name, k, tile, 1, False) for name, k, tile, _, _ in cases))
+        if stage == "conv_bwd_dx":  # no bias: one case per dtype, tile, hint and k
+            cases = list(dict.fromkeys((name, k, tile, occupancy, False) for name, k, tile, occupancy, _ in cases))
         for seq_idx in (False, True):
             for name, k, (tile_t, tile_c), occupancy, bias in cases:
                 constants = [k, tile_t, tile_c] + ([] if stage == "conv_bwd_dx" else [bias]) + [seq_idx]
@@ -609,7 +612,7 @@ def _conv_bwd_sums(
 
     def spec_dx(cfg: ConvConfig):
         grid = (b, -(-l // cfg.TILE_T), -(-c // cfg.TILE_C))
-        return grid, conv_bwd_dx_kernel, (gv, w32, ids, dx, k, cfg.TILE_T, cfg.TILE_C, docs)
+        return grid, with_hints(conv_bwd_dx_kernel, cfg.occupancy), (gv, w32, ids, dx, k, cfg.TILE_T, cfg.TILE_C, docs)
 
     cfg = launch("conv_bwd", key, DEFAULT_BWD, space_gv, spec_gv, x.device)
     launch("conv_bwd_dx", _key(x, k, seq_idx), DEFAULT_DX, dx_space, spec_dx, x.device)

@@ -13,6 +13,7 @@ from bench.inputs import rel_err
 from kernels.cutile import tuning
 from kernels.cutile.causal_conv import bwd_space as conv_bwd_space
 from kernels.cutile.causal_conv import causal_conv1d_silu as cutile_conv
+from kernels.cutile.causal_conv import dx_space as conv_dx_space
 from kernels.cutile.causal_conv import fwd_space as conv_fwd_space
 from kernels.cutile.rms_norm import bwd_space as norm_bwd_space
 from kernels.cutile.rms_norm import fwd_space as norm_fwd_space
@@ -88,23 +89,23 @@ def test_conv_against_float64(dtype, b, l, c, k, bias, strided):
     conv_check(*conv_inputs(b, l, c, k, dtype, bias, strided), TOL[dtype])
 
 
-def every_one(first: list, second: list) -> list[tuple]:
-    """Pairs that take every configuration of both lists at least once (the shorter list cycles)."""
-    longer = max(len(first), len(second))
-    return [(first[i % len(first)], second[i % len(second)]) for i in range(longer)]
+def every_one(*spaces: list) -> list[tuple]:
+    """Tuples that take every configuration of each list at least once (the shorter lists cycle)."""
+    longest = max(len(space) for space in spaces)
+    return [tuple(space[i % len(space)] for space in spaces) for i in range(longest)]
 
 
-@pytest.mark.parametrize("fwd,bwd", every_one(conv_fwd_space(), conv_bwd_space()))
-def test_conv_every_configuration(fwd, bwd):
-    """The backward's dx kernel (the forward's tile space) runs each forward configuration too."""
+@pytest.mark.parametrize("fwd,bwd,dx", every_one(conv_fwd_space(), conv_bwd_space(), conv_dx_space()))
+def test_conv_every_configuration(fwd, bwd, dx):
+    """Each configuration of the forward's, the gv kernel's and the dx kernel's tune spaces."""
     with (
         tuning.forced("conv_fwd", fwd) as fwd_launched,
         tuning.forced("conv_bwd", bwd) as bwd_launched,
-        tuning.forced("conv_bwd_dx", fwd) as dx_launched,
+        tuning.forced("conv_bwd_dx", dx) as dx_launched,
     ):
         conv_check(*conv_inputs(2, 133, 300, 4, torch.bfloat16, seed=1), TOL[torch.bfloat16])
     n = len(parts(300))  # a launch of each kernel per part
-    assert fwd_launched == [fwd] * n and bwd_launched == [bwd] * n and dx_launched == [fwd] * n
+    assert fwd_launched == [fwd] * n and bwd_launched == [bwd] * n and dx_launched == [dx] * n
 
 
 @pytest.mark.parametrize("bwd", conv_bwd_space())
@@ -189,18 +190,18 @@ def test_conv_with_one_document_is_bitwise_the_conv_without_ids():
         assert torch.equal(without, with_ids)
 
 
-@pytest.mark.parametrize("fwd,bwd", every_one(conv_fwd_space(), conv_bwd_space()))
-def test_conv_with_seq_idx_every_configuration(fwd, bwd):
+@pytest.mark.parametrize("fwd,bwd,dx", every_one(conv_fwd_space(), conv_bwd_space(), conv_dx_space()))
+def test_conv_with_seq_idx_every_configuration(fwd, bwd, dx):
     """Each configuration tuning can pick for a launch with document ids (the keys' own: `_seq_idx`)."""
     with (
         tuning.forced("conv_fwd", fwd) as fwd_launched,
         tuning.forced("conv_bwd", bwd) as bwd_launched,
-        tuning.forced("conv_bwd_dx", fwd) as dx_launched,
+        tuning.forced("conv_bwd_dx", dx) as dx_launched,
     ):
         x, weight, bias, dy = conv_inputs(2, 133, 300, 4, torch.bfloat16, seed=10)
         conv_check(x, weight, bias, dy, TOL[torch.bfloat16], seq_idx=random_seq_idx(2, 133, seed=3))
     n = len(parts(300))
-    assert fwd_launched == [fwd] * n and bwd_launched == [bwd] * n and dx_launched == [fwd] * n
+    assert fwd_launched == [fwd] * n and bwd_launched == [bwd] * n and dx_launched == [dx] * n
 
 
 @pytest.mark.parametrize("bwd", conv_bwd_space())
