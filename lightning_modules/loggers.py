@@ -63,7 +63,14 @@ class _ContinuedWriter(ExperimentWriter):
 
 class RootedWandbLogger(WandbLogger):
     """A WandbLogger that creates its save_dir when its run starts (wandb warns about a missing git root when the
-    folder is not there yet), not before: a run refused while it is being configured leaves no folder behind."""
+    folder is not there yet), not before: a run refused while it is being configured leaves no folder behind. It
+    passes wandb.init no `anonymous`: Lightning passes None, and wandb 0.31 warns that the setting has no effect
+    whenever it is given."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if self._wandb_init.get("anonymous") is None:
+            self._wandb_init.pop("anonymous", None)
 
     @property
     @rank_zero_experiment

@@ -1,0 +1,32 @@
+"""The run's loggers as wandb sees them: an offline run starts without warnings of ours."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import subprocess_env
+
+pytest.importorskip("wandb")
+
+
+def test_offline_wandb_run_starts_without_a_warning(tmp_path):
+    """make_loggers' wandb run, started and finished in a process of its own (wandb.init leaves global state
+    behind): wandb prints no WARNING line, the deprecated `anonymous` setting among them."""
+    script = (
+        "import sys\n"
+        "from lightning_modules.loggers import LoggingConfig, make_loggers\n"
+        "wandb_logger, csv_logger = make_loggers(LoggingConfig(), sys.argv[1])\n"
+        "wandb_logger.log_metrics({'train/loss': 1.0}, step=0)\n"
+        "wandb_logger.experiment.finish()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, env=subprocess_env(), timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    output = done.stdout + done.stderr
+    assert "offline" in output, output  # wandb did speak: its run started offline
+    assert [line for line in output.splitlines() if "WARNING" in line] == []
+    assert list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
