@@ -259,6 +259,8 @@ def main(args: list[str] | None = None) -> TrainCLI:
     finished, outcome = False, None
     try:
         with warnings.catch_warnings():
+            # Lightning 2.6's own use of torch's pytree under torch >= 2.13: nothing a user can act on
+            warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
             if cli.resume_path:  # a resumed run writes into its own checkpoint directory: nothing to warn about
                 warnings.filterwarnings("ignore", message="Checkpoint directory .* exists and is not empty")
             cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.resume_path, weights_only=True)
