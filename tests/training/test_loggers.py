@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.helpers import subprocess_env
+from tests.helpers import run_script
 
 pytest.importorskip("wandb")
 
@@ -22,9 +19,7 @@ def test_offline_wandb_run_starts_without_a_warning(tmp_path):
         "wandb_logger.log_metrics({'train/loss': 1.0}, step=0)\n"
         "wandb_logger.experiment.finish()\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, env=subprocess_env(), timeout=120
-    )
+    done = run_script("-c", script, str(tmp_path), timeout=120)
     assert done.returncode == 0, done.stderr
     output = done.stdout + done.stderr
     assert "offline" in output, output  # wandb did speak: its run started offline
