@@ -129,6 +129,6 @@ def test_training_logs_only_host_values_the_loss_after_the_backward_is_queued(tm
         assert isinstance(value, torch.Tensor) and value.device.type == "cpu" and not value.requires_grad, name
     losses = [(value, step, after_backward) for name, value, step, after_backward in logged if name == "train/loss"]
     assert [step for _, step, _ in losses] == [0, 1, 2] and all(after for *_, after in losses)
-    assert [float(v) for v, _, _ in losses] == [float(r) for r in returned]
+    assert [float(v) for v, _, _ in losses] == [float(r.detach()) for r in returned]
     ppl = [float(value) for name, value, *_ in logged if name == "train/ppl"]
     assert ppl == pytest.approx([torch.exp(r.detach()).item() for r in returned])
